@@ -1,0 +1,79 @@
+"""The built-in tiny policy: a Qwen3-architecture causal LM made from a config, random init, seeded.
+
+It is written once as a real Hugging Face model folder (config, safetensors, tokenizer) under a
+cache directory keyed by its config, so vLLM and transformers both load it like a downloaded model.
+Shapes follow the measured CPU limits of vLLM (head_dim 64; see shared/notes/vllm-cpu.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from lit_asyncrl.models.char_tokenizer import VOCAB, build_char_tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyPolicyConfig:
+    """Architecture and seed of the built-in tiny policy (about 0.3M parameters by default)."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    num_kv_heads: int = 1
+    head_dim: int = 64
+    intermediate_size: int = 256
+    max_position_embeddings: int = 512
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("LIT_ASYNCRL_CACHE", Path.home() / ".cache" / "lit_asyncrl"))
+
+
+def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: Path | None = None) -> Path:
+    """Write the tiny policy folder if it is not there yet and return its path (idempotent)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    target = Path(cache_dir or default_cache_dir()) / f"tiny-qwen3-{config.fingerprint()}"
+    if (target / "config.json").exists():
+        return target
+    tokenizer = build_char_tokenizer()
+    hf_config = Qwen3Config(
+        vocab_size=len(VOCAB),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(config.seed)
+    model = Qwen3ForCausalLM(hf_config)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Write into a temporary sibling and rename, so concurrent runs never see a half-written folder.
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)
+    except OSError:  # another process won the race; its folder is identical
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,72 @@
+"""Training curves as a PNG next to the run's metrics.csv, written when fit ends."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.utilities import rank_zero_only
+from typing_extensions import override
+
+DEFAULT_PANELS = (
+    "train/task_success",
+    "train/train_infer_mask",
+    "train/ppo_clip_ratio",
+    "train/version_gap_mean",
+    "train/entropy",
+    "rollout/queue_depth",
+)
+
+
+def read_metrics(csv_path: Path) -> dict[str, list[tuple[int, float]]]:
+    """Columns of a Lightning CSVLogger file as (step, value) series, skipping empty cells."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    with open(csv_path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            step = int(float(row.get("step") or 0))
+            for key, value in row.items():
+                if key != "step" and value not in (None, ""):
+                    series.setdefault(key, []).append((step, float(value)))
+    return series
+
+
+def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...] = DEFAULT_PANELS) -> Path:
+    """Draw one panel per metric present in `csv_path` and save them as one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = read_metrics(csv_path)
+    present = [key for key in panels if key in series]
+    figure, axes = plt.subplots(1, max(len(present), 1), figsize=(4 * max(len(present), 1), 3.2), squeeze=False)
+    for axis, key in zip(axes[0], present):
+        steps, values = zip(*series[key])
+        axis.plot(steps, values, linewidth=1.2)
+        axis.set_title(key, fontsize=9)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(png_path, dpi=110)
+    plt.close(figure)
+    return png_path
+
+
+class TrainingCurvesPlot(L.Callback):
+    """Saves `training_curves.png` beside the logger's `metrics.csv` at the end of fit."""
+
+    def __init__(self, filename: str = "training_curves.png", panels: tuple[str, ...] = DEFAULT_PANELS) -> None:
+        self.filename = filename
+        self.panels = tuple(panels)
+
+    @override
+    @rank_zero_only
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.logger is None or trainer.logger.log_dir is None:
+            return
+        trainer.logger.save()
+        csv_path = Path(trainer.logger.log_dir) / "metrics.csv"
+        if csv_path.exists():
+            png = plot_training_curves(csv_path, Path(trainer.logger.log_dir) / self.filename, self.panels)
+            pl_module.print(f"training curves: {png}")

@@ -1,0 +1,222 @@
+"""The vLLM engine in the background: an `AsyncLLM` on its own event-loop thread.
+
+The trainer thread talks to it through thread-safe calls (`run`, `push_weights`); episodes run as
+asyncio tasks inside the engine loop, so many multi-turn episodes stream concurrently.
+
+Weights reach the engine in place (shared/notes/vllm-cpu.md): the trainer writes a safetensors file
+(to /dev/shm where it exists), then the engine pauses with in-flight requests kept and their KV
+cache cleared, reloads layer-wise, takes the new version label and resumes. Clearing the cache is
+what makes every token after the resume come from the new weights only, so the version label on a
+token is the version that sampled it (a kept stale KV would mix two versions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from safetensors.torch import save_file
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Settings of the vLLM engine (one key per engine argument that matters here)."""
+
+    dtype: str = "float32"  # "bfloat16" gives a real train-inference discrepancy
+    max_model_len: int = 256
+    kv_cache_fraction: float = 0.2  # vLLM's gpu_memory_utilization: on CPU, the RAM share for KV
+    max_num_seqs: int = 256
+    seed: int = 0
+    enforce_eager: bool = True
+
+
+@dataclasses.dataclass
+class TurnOutput:
+    """One generated turn: token ids, their behaviour log-probs mu and the version that sampled each."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: str | None
+
+
+class VLLMEngine:
+    """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop."""
+
+    def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig()) -> None:
+        self.model_path = str(model_path)
+        self.config = config
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._llm: Any = None
+        self._started = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._weights_dir = Path(tempfile.mkdtemp(prefix="lit_asyncrl_weights_", dir=_shared_memory_dir()))
+        self.version = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
+        """Start the engine thread and wait until the engine serves requests."""
+        self.version = initial_version
+        self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout_s):
+            raise TimeoutError(f"vLLM engine did not start within {timeout_s} s")
+        if self._startup_error is not None:
+            raise RuntimeError("vLLM engine failed to start") from self._startup_error
+
+    def _thread_main(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._llm = self._loop.run_until_complete(self._create_llm())
+        except BaseException as error:  # reported to the starting thread
+            self._startup_error = error
+            self._started.set()
+            return
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _create_llm(self) -> Any:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=self.model_path,
+            dtype=self.config.dtype,
+            max_model_len=self.config.max_model_len,
+            gpu_memory_utilization=self.config.kv_cache_fraction,
+            max_num_seqs=self.config.max_num_seqs,
+            seed=self.config.seed,
+            enforce_eager=self.config.enforce_eager,
+            # mu must be the log-prob of the distribution actually sampled (temperature applied).
+            logprobs_mode="processed_logprobs",
+        )
+        llm = AsyncLLM.from_engine_args(args)
+        await llm.update_weight_version(str(self.version))
+        return llm
+
+    def shutdown(self) -> None:
+        """Stop the engine and its thread; safe to call twice."""
+        if self._loop is not None and self._loop.is_running():
+            # Shut the engine down from its own loop, so its output handler is cancelled cleanly.
+            self._loop.call_soon_threadsafe(self._stop_in_loop)
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        for file in self._weights_dir.glob("*"):
+            file.unlink(missing_ok=True)
+
+    def _stop_in_loop(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+        self._loop.stop()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the engine is not started; call start() first")
+        return self._loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+        """Run a coroutine on the engine loop from another thread and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+
+    # -- generation (called inside the engine loop) ------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_k: int = -1,
+        stop_token_ids: Sequence[int] = (),
+    ) -> TurnOutput:
+        """Sample one turn, streaming; returns the tokens with mu and per-token versions."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            logprobs=0,
+            stop_token_ids=list(stop_token_ids),
+            detokenize=False,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        final = None
+        stream = self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=uuid.uuid4().hex)
+        async for message in stream:
+            completion = message.outputs[0]
+            token_ids.extend(completion.token_ids)
+            for token, entry in zip(completion.token_ids, completion.logprobs or ()):
+                logprobs.append(entry[token].logprob)
+            final = completion
+        versions = _expand_version_spans(final.weight_versions, len(token_ids), self.version)
+        return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
+
+    # -- weights (called from the trainer thread) --------------------------------------------
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Load `state_dict` into the engine in place and label what follows `version`.
+
+        Returns timings in seconds: `write_s` (trainer side, engine still running) and `pause_s`
+        (pause -> reload -> relabel -> resume, the time the engine stands still).
+        """
+        start = time.perf_counter()
+        path = self._write_weights(state_dict)
+        written = time.perf_counter()
+        self.run(self._swap_weights(path, version))
+        return {"write_s": written - start, "pause_s": time.perf_counter() - written}
+
+    def _write_weights(self, state_dict: Mapping[str, torch.Tensor]) -> Path:
+        tensors = {name: tensor.detach().to("cpu", self._torch_dtype()).contiguous().clone() for name, tensor in state_dict.items()}
+        # Tied embeddings: vLLM's reload refreshes the embedding but not the re-packed lm_head,
+        # so lm_head.weight is always sent explicitly (notes: otherwise logits are silently wrong).
+        if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        path = self._weights_dir / "model.safetensors"
+        save_file(tensors, str(path))
+        return path
+
+    async def _swap_weights(self, path: Path, version: int) -> None:
+        await self._llm.pause_generation(mode="keep", clear_cache=True)
+        try:
+            await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path.parent)})
+            await self._llm.update_weight_version(str(version))
+            self.version = version
+        finally:
+            await self._llm.resume_generation()
+
+    def _torch_dtype(self) -> torch.dtype:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.config.dtype]
+
+
+def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
+    """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
+    if not spans:
+        return [fallback] * num_tokens
+    versions = [fallback] * num_tokens
+    for span in spans:
+        version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
+        versions[start:end] = [int(version)] * (end - start)
+    return versions
+
+
+def _shared_memory_dir() -> str | None:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

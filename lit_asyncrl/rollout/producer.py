@@ -1,0 +1,117 @@
+"""Keeps the engine busy: starts advantage groups as room allows and files them in the buffer."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.episode import play_episode
+from lit_asyncrl.rollout.records import group_normalized_advantages
+
+
+class RolloutProducer:
+    """Runs on the engine loop. Each group plays `group_size` episodes of one task instance.
+
+    In async mode up to `max_concurrent_groups` groups are in flight whenever the buffer has room,
+    so episodes keep going across weight updates (partial rollouts). In sync mode exactly
+    `groups_per_version` groups are generated per weight version, and generation then waits for
+    the next version: the on-policy baseline.
+    """
+
+    def __init__(
+        self,
+        engine: VLLMEngine,
+        env: Environment,
+        tokenizer: Any,
+        buffer: RolloutBuffer,
+        *,
+        group_size: int,
+        max_concurrent_groups: int,
+        temperature: float,
+        top_k: int,
+        max_context: int,
+        seed: int,
+        groups_per_version: int | None = None,
+    ) -> None:
+        self.engine, self.env, self.tokenizer, self.buffer = engine, env, tokenizer, buffer
+        self.group_size = group_size
+        self.max_concurrent_groups = max_concurrent_groups
+        self.sampling = {"temperature": temperature, "top_k": top_k, "max_context": max_context}
+        self.groups_per_version = groups_per_version
+        self.rng = random.Random(seed)
+        self.next_group_id = 0
+        self.policy_tokens = 0
+        self.started_at = time.monotonic()
+        self._in_flight: set[asyncio.Task] = set()
+        self._task: asyncio.Task | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        """Start producing (thread-safe; returns at once)."""
+        self.started_at = time.monotonic()
+        self.engine.loop.call_soon_threadsafe(self._start_in_loop)
+
+    def _start_in_loop(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        """Cancel the producing loop and the groups in flight; their room goes back to the buffer."""
+        self.engine.run(self._cancel_all(), timeout_s=60)
+
+    async def _cancel_all(self) -> None:
+        tasks = [task for task in [self._task, *self._in_flight] if task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.policy_tokens / max(time.monotonic() - self.started_at, 1e-9)
+
+    @property
+    def in_flight_groups(self) -> int:
+        return len(self._in_flight)
+
+    async def _run(self) -> None:
+        started_for_version, version = 0, self.engine.version
+        try:
+            while True:
+                if self.engine.version != version:
+                    started_for_version, version = 0, self.engine.version
+                sync_quota_used = self.groups_per_version is not None and started_for_version >= self.groups_per_version
+                if sync_quota_used or len(self._in_flight) >= self.max_concurrent_groups or not self.buffer.try_reserve(self.group_size):
+                    await asyncio.sleep(0.005)
+                    continue
+                task = asyncio.ensure_future(self._play_group(self.next_group_id))
+                self._in_flight.add(task)
+                task.add_done_callback(self._in_flight.discard)
+                self.next_group_id += 1
+                started_for_version += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # surfaced to the trainer by the DataModule
+            self.error = error
+            raise
+
+    async def _play_group(self, group_id: int) -> None:
+        instance = self.env.sample_instance(self.rng)
+        try:
+            episodes = await asyncio.gather(
+                *(play_episode(self.engine, self.env, self.tokenizer, instance, group_id, **self.sampling) for _ in range(self.group_size))
+            )
+        except asyncio.CancelledError:
+            self.buffer.release(self.group_size)
+            raise
+        except BaseException as error:
+            self.buffer.release(self.group_size)
+            self.error = error
+            raise
+        for episode, advantage in zip(episodes, group_normalized_advantages([e.reward for e in episodes])):
+            episode.advantage = advantage
+        self.policy_tokens += sum(episode.num_policy_tokens for episode in episodes)
+        self.buffer.put_group(list(episodes), reserved=self.group_size)

@@ -1,0 +1,88 @@
+"""Rollout records: one trajectory per episode, with a weight version on every policy token."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+#: Version recorded for tokens the policy did not sample (prompt, environment observations).
+NO_VERSION = -1
+
+
+@dataclasses.dataclass
+class Trajectory:
+    """A whole multi-turn episode as one token sequence.
+
+    `loss_mask[t]` is True where token t was sampled by the policy; those tokens carry the
+    behaviour log-prob mu (`behavior_logprobs[t]`) and the weight version that sampled them.
+    Observation tokens are in the context but never in the loss.
+    """
+
+    group_id: int
+    token_ids: list[int] = dataclasses.field(default_factory=list)
+    loss_mask: list[bool] = dataclasses.field(default_factory=list)
+    behavior_logprobs: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)
+    reward: float = 0.0
+    success: bool = False
+    num_turns: int = 0
+    advantage: float = 0.0
+
+    def extend_context(self, token_ids: list[int]) -> None:
+        """Append tokens the policy did not write (prompt or observation)."""
+        self.token_ids += token_ids
+        self.loss_mask += [False] * len(token_ids)
+        self.behavior_logprobs += [0.0] * len(token_ids)
+        self.versions += [NO_VERSION] * len(token_ids)
+
+    def extend_policy(self, token_ids: list[int], logprobs: list[float], versions: list[int]) -> None:
+        """Append tokens sampled by the policy, with their mu and versions."""
+        if not len(token_ids) == len(logprobs) == len(versions):
+            raise ValueError("token_ids, logprobs and versions must have the same length")
+        self.token_ids += token_ids
+        self.loss_mask += [True] * len(token_ids)
+        self.behavior_logprobs += logprobs
+        self.versions += versions
+
+    @property
+    def policy_versions(self) -> list[int]:
+        return [version for version, sampled in zip(self.versions, self.loss_mask) if sampled]
+
+    @property
+    def oldest_version(self) -> int:
+        return min(self.policy_versions, default=NO_VERSION)
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def group_normalized_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
+    """GRPO advantages: each reward minus the group mean, over the group's standard deviation."""
+    values = torch.tensor(rewards, dtype=torch.float64)
+    centered = values - values.mean()
+    scale = values.std(unbiased=False) + eps
+    return (centered / scale).tolist()
+
+
+def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad trajectories into [B, T] tensors; advantages are broadcast onto policy tokens."""
+    length = max(len(trajectory.token_ids) for trajectory in trajectories)
+
+    def padded(values: list, fill, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor([row + [fill] * (length - len(row)) for row in values], dtype=dtype)
+
+    loss_mask = padded([t.loss_mask for t in trajectories], False, torch.bool)  # [B, T]
+    advantages = torch.tensor([t.advantage for t in trajectories], dtype=torch.float32)  # [B]
+    return {
+        "input_ids": padded([t.token_ids for t in trajectories], pad_id, torch.long),
+        "attention_mask": padded([[1] * len(t.token_ids) for t in trajectories], 0, torch.long),
+        "loss_mask": loss_mask,
+        "behavior_logprobs": padded([t.behavior_logprobs for t in trajectories], 0.0, torch.float32),
+        "versions": padded([t.versions for t in trajectories], NO_VERSION, torch.long),
+        "advantages": advantages[:, None] * loss_mask,
+        "rewards": torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
+        "success": torch.tensor([t.success for t in trajectories], dtype=torch.float32),
+        "group_ids": torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
+    }

@@ -1,0 +1,74 @@
+"""The buffer's accounting (produced = trained + dropped + pending) and its staleness cap."""
+
+import threading
+
+import pytest
+
+from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.records import Trajectory
+
+
+def make_group(group_id: int, versions: list[list[int]]) -> list[Trajectory]:
+    group = []
+    for episode_versions in versions:
+        trajectory = Trajectory(group_id=group_id)
+        trajectory.extend_context([1])
+        trajectory.extend_policy([5] * len(episode_versions), [-0.5] * len(episode_versions), episode_versions)
+        group.append(trajectory)
+    return group
+
+
+def test_accounting_and_staleness_cap():
+    buffer = RolloutBuffer(capacity=8, max_version_gap=2)
+    for group_id, versions in enumerate([[[0, 0], [0]], [[0, 1], [1]], [[2], [2, 3]]]):
+        assert buffer.try_reserve(2)
+        buffer.put_group(make_group(group_id, versions), reserved=2)
+    assert (buffer.produced, buffer.pending, buffer.trained, buffer.num_dropped) == (6, 6, 0, 0)
+
+    # Trainer at version 3: group 0 (oldest token v0, gap 3 > 2) is stale; group 1 (oldest v0) too.
+    buffer.set_trainer_version(3)
+    assert buffer.dropped["stale"] == 4
+    assert buffer.pending == 2
+    assert buffer.accounting_holds()
+
+    (taken,) = buffer.take(1, timeout_s=0.1)
+    assert taken[0].group_id == 2
+    assert (buffer.produced, buffer.trained, buffer.num_dropped, buffer.pending) == (6, 2, 4, 0)
+    assert buffer.accounting_holds()
+
+
+def test_a_token_exactly_at_the_gap_is_kept():
+    buffer = RolloutBuffer(capacity=4, max_version_gap=3)
+    buffer.try_reserve(1)
+    buffer.put_group(make_group(0, [[1, 4]]), reserved=1)
+    buffer.set_trainer_version(4)  # gap 3 == max: kept
+    assert buffer.pending == 1
+    buffer.set_trainer_version(5)  # gap 4: dropped
+    assert (buffer.pending, buffer.dropped["stale"]) == (0, 1)
+
+
+def test_capacity_counts_reserved_room_and_release_gives_it_back():
+    buffer = RolloutBuffer(capacity=4, max_version_gap=0)
+    assert buffer.try_reserve(2)
+    assert buffer.try_reserve(2)
+    assert not buffer.try_reserve(1)  # full: the engine must wait
+    buffer.release(2)  # a cancelled group
+    assert buffer.try_reserve(2)
+    assert buffer.produced == 0 and buffer.accounting_holds()
+
+
+def test_take_waits_for_the_producer_and_times_out():
+    buffer = RolloutBuffer(capacity=4, max_version_gap=0)
+    with pytest.raises(TimeoutError, match="1 rollout groups"):
+        buffer.take(1, timeout_s=0.05)
+    buffer.try_reserve(1)
+    timer = threading.Timer(0.05, lambda: buffer.put_group(make_group(7, [[0]]), reserved=1))
+    timer.start()
+    (group,) = buffer.take(1, timeout_s=5)
+    assert group[0].group_id == 7
+
+
+@pytest.mark.parametrize(("capacity", "gap", "message"), [(0, 1, "capacity"), (4, -1, "max_version_gap")])
+def test_bad_arguments_name_the_key(capacity, gap, message):
+    with pytest.raises(ValueError, match=message):
+        RolloutBuffer(capacity=capacity, max_version_gap=gap)
