@@ -42,8 +42,8 @@ class RolloutDataModule(L.LightningDataModule):
         group_size: int = 8,
         groups_per_batch: int = 16,
         max_version_gap: int = 3,
-        buffer_capacity: int = 512,
-        max_concurrent_groups: int = 32,
+        buffer_capacity: int = 256,
+        max_concurrent_groups: int = 16,
         mode: Literal["async", "sync"] = "async",
         weight_sync_every: int = 1,
         temperature: float = 1.0,
@@ -121,14 +121,13 @@ class RolloutDataModule(L.LightningDataModule):
         return batch
 
     def rollout_stats(self) -> dict[str, float]:
+        """Queue, accounting (produced = trained + dropped + pending) and throughput, as floats."""
         producer = self.producer
-        return {
-            "rollout/queue_depth": float(self.buffer.pending),
-            "rollout/dropped_stale": float(self.buffer.dropped["stale"]),
-            "rollout/produced": float(self.buffer.produced),
-            "rollout/in_flight_groups": float(producer.in_flight_groups if producer else 0),
-            "rollout/tokens_per_s": float(producer.tokens_per_s if producer else 0.0),
-        }
+        stats = {f"rollout/{key}": float(value) for key, value in self.buffer.counts().items()}
+        stats["rollout/queue_depth"] = stats["rollout/pending"]
+        stats["rollout/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
+        stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
+        return stats
 
     def teardown(self, stage: str) -> None:
         if self.producer is not None:

@@ -54,6 +54,7 @@ class AsyncRLModule(L.LightningModule):
         from transformers import AutoModelForCausalLM
 
         self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
+        self.policy.train()  # from_pretrained returns eval mode
         self.automatic_optimization = True
         self._warned_silent_reference = False
 
@@ -101,17 +102,21 @@ class AsyncRLModule(L.LightningModule):
     def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor) -> None:
         size = batch["input_ids"].shape[0]
         gaps = version_gap[batch["loss_mask"]].float()
-        self.log("train/task_success", batch["success"].mean(), prog_bar=True, batch_size=size)
-        self.log("train/reward", batch["rewards"].mean(), batch_size=size)
-        self.log("train/loss", loss.detach(), batch_size=size)
-        self.log("train/entropy", entropy.detach(), batch_size=size)
-        self.log("train/version_gap_mean", gaps.mean() if gaps.numel() else 0.0, batch_size=size)
-        self.log("train/version_gap_max", gaps.max() if gaps.numel() else 0.0, prog_bar=True, batch_size=size)
-        self.log("train/policy_tokens", float(gaps.numel()), batch_size=size)
-        self.log_dict({f"train/{key}": float(value) for key, value in loss_metrics.items()}, batch_size=size)
-        rollout = {key: value for key, value in batch.items() if key.startswith("rollout/")}
-        self.log_dict(rollout, batch_size=size)
-        self.log("queue", rollout["rollout/queue_depth"], prog_bar=True, logger=False, batch_size=size)
+        metrics = {
+            "train/task_success": batch["success"].mean().item(),
+            "train/reward": batch["rewards"].mean().item(),
+            "train/loss": loss.item(),
+            "train/entropy": entropy.item(),
+            "train/version_gap_mean": gaps.mean().item() if gaps.numel() else 0.0,
+            "train/version_gap_max": gaps.max().item() if gaps.numel() else 0.0,
+            "train/policy_tokens": float(gaps.numel()),
+        }
+        # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
+        metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
+        metrics.update({key: float(value) for key, value in batch.items() if key.startswith("rollout/")})
+        self.log_dict(metrics, batch_size=size)
+        progress = {"success": metrics["train/task_success"], "gap": metrics["train/version_gap_max"], "queue": metrics["rollout/queue_depth"]}
+        self.log_dict(progress, prog_bar=True, logger=False, batch_size=size)
 
     def _warn_if_reference_is_silently_current(self, ref_logprobs, logprobs, version_gap, loss_mask) -> None:
         """Peers' users ask for this: old log-probs that are really the current weights (r_s == 1)."""

@@ -1,5 +1,6 @@
 """Reusable Lightning callbacks for off-policy reference policies (no vLLM, Hydra or lit_asyncrl needed)."""
 
 from asyncrl_callbacks.ewma import EWMAReference
+from asyncrl_callbacks.snapshot import SnapshotRetention
 
-__all__ = ["EWMAReference"]
+__all__ = ["EWMAReference", "SnapshotRetention"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import random
 from typing import Protocol
@@ -25,20 +26,28 @@ class Episode(Protocol):
     def step(self, action: str) -> StepResult: ...
 
 
-class Environment(Protocol):
-    """A family of task instances. Episodes of the same instance form one advantage group."""
+class Environment(abc.ABC):
+    """A family of task instances; subclass it for a new task.
 
-    #: Text that ends an agent turn (the engine stops sampling at it).
-    turn_stop: str
+    Episodes of the same instance form one advantage group. A base class rather than a Protocol,
+    so the Lightning CLI can take any subclass as `class_path` + `init_args`.
+    """
+
+    #: Text that ends an agent turn (must be a single token; the engine stops sampling at it).
+    turn_stop: str = ";"
     #: Most tokens the agent may write in one turn.
-    max_turn_tokens: int
+    max_turn_tokens: int = 16
     #: Most agent turns in one episode.
-    max_turns: int
+    max_turns: int = 1
 
-    def sample_instance(self, rng: random.Random) -> object: ...
+    @abc.abstractmethod
+    def sample_instance(self, rng: random.Random) -> object:
+        """Draw a task instance (e.g. a secret, a prompt)."""
 
-    def new_episode(self, instance: object) -> Episode: ...
+    @abc.abstractmethod
+    def new_episode(self, instance: object) -> Episode:
+        """Start one play of `instance`."""
 
     def demonstration(self, instance: object) -> list[tuple[str, str]]:
         """A scripted good play as (agent action, environment observation) pairs, for warm starts."""
-        ...
+        raise NotImplementedError(f"{type(self).__name__} has no scripted demonstrations; set warm_start_steps=0")

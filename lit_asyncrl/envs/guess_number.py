@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from lit_asyncrl.envs.base import StepResult
+from lit_asyncrl.envs.base import Environment, StepResult
 
 
 class GuessNumberEpisode:
@@ -35,7 +35,7 @@ class GuessNumberEpisode:
         return StepResult(observation=feedback, reward=0.0, done=self.turns_left <= 0)
 
 
-class GuessNumberEnv:
+class GuessNumberEnv(Environment):
     """Task instances are secrets; `demonstration` plays bisection (used by the warm start)."""
 
     turn_stop = ";"

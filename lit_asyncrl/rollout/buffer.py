@@ -48,6 +48,17 @@ class RolloutBuffer:
     def num_dropped(self) -> int:
         return sum(self.dropped.values())
 
+    def counts(self) -> dict[str, int]:
+        """A consistent reading of the accounting (taken under the lock)."""
+        with self._condition:
+            return {
+                "produced": self.produced,
+                "trained": self.trained,
+                "dropped": self.num_dropped,
+                "dropped_stale": self.dropped["stale"],
+                "pending": sum(len(group) for group in self._groups),
+            }
+
     def accounting_holds(self) -> bool:
         with self._condition:
             return self.produced == self.trained + self.num_dropped + sum(len(g) for g in self._groups)

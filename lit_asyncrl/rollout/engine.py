@@ -28,6 +28,10 @@ from safetensors.torch import save_file
 
 T = TypeVar("T")
 
+# vLLM logs every pause, reload and resume at INFO; keep the progress bar readable unless the user
+# asked for its logs explicitly.
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
@@ -110,19 +114,25 @@ class VLLMEngine:
     def shutdown(self) -> None:
         """Stop the engine and its thread; safe to call twice."""
         if self._loop is not None and self._loop.is_running():
-            # Shut the engine down from its own loop, so its output handler is cancelled cleanly.
-            self._loop.call_soon_threadsafe(self._stop_in_loop)
+            # Shut the engine down from its own loop, output handler first, so nothing in the loop
+            # is left reading from a dead engine core.
+            asyncio.run_coroutine_threadsafe(self._shutdown_in_loop(), self._loop).result(timeout=60)
+            self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
         for file in self._weights_dir.glob("*"):
             file.unlink(missing_ok=True)
 
-    def _stop_in_loop(self) -> None:
-        if self._llm is not None:
-            self._llm.shutdown()
-            self._llm = None
-        self._loop.stop()
+    async def _shutdown_in_loop(self) -> None:
+        if self._llm is None:
+            return
+        handler = getattr(self._llm, "output_handler", None)
+        if handler is not None:
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+        self._llm.shutdown()
+        self._llm = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -143,6 +153,7 @@ class VLLMEngine:
         temperature: float,
         top_k: int = -1,
         stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
     ) -> TurnOutput:
         """Sample one turn, streaming; returns the tokens with mu and per-token versions."""
         from vllm import SamplingParams
@@ -155,6 +166,7 @@ class VLLMEngine:
             top_k=top_k,
             logprobs=0,
             stop_token_ids=list(stop_token_ids),
+            ignore_eos=ignore_eos,
             detokenize=False,
             output_kind=RequestOutputKind.DELTA,
         )

@@ -107,10 +107,10 @@ class RolloutProducer:
         except asyncio.CancelledError:
             self.buffer.release(self.group_size)
             raise
-        except BaseException as error:
+        except Exception as error:  # kept for the trainer thread, which raises it (DataModule.next_batch)
             self.buffer.release(self.group_size)
             self.error = error
-            raise
+            return
         for episode, advantage in zip(episodes, group_normalized_advantages([e.reward for e in episodes])):
             episode.advantage = advantage
         self.policy_tokens += sum(episode.num_policy_tokens for episode in episodes)

@@ -1,0 +1,31 @@
+"""Helpers to launch the real entry points in a subprocess and read what they wrote."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+#: A small run: 4 groups of 4 episodes per batch keeps each step well under a second on CPU.
+SMALL_RUN = ["rollout.group_size=4", "rollout.groups_per_batch=4", "rollout.buffer_capacity=32", "rollout.max_concurrent_groups=4", "model.warm_start_steps=5"]
+
+
+def run_command(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+    return result
+
+
+def run_hydra(overrides: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
+    return run_command([sys.executable, "-m", "lit_asyncrl.train", *overrides], timeout_s)
+
+
+def read_rows(csv_path: Path) -> list[dict[str, float]]:
+    """Rows of a Lightning metrics.csv that carry training metrics, as floats (empty cells dropped)."""
+    with open(csv_path, newline="") as handle:
+        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
+    return [row for row in rows if "train/task_success" in row]

@@ -1,0 +1,52 @@
+"""The real engine: per-token versions across an in-place weight update, and mu against the trainer."""
+
+import asyncio
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from lit_asyncrl.scoring import token_logprobs
+
+pytestmark = pytest.mark.engine
+
+
+def trainer_logprobs(model, prompt, turn, temperature):
+    ids = torch.tensor([prompt + turn.token_ids])
+    with torch.no_grad():
+        return token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(prompt):]
+
+
+def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(engine, tiny_model_path):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    old_version = engine.version
+    engine.push_weights(model.state_dict(), version=old_version)  # engine serves exactly `model`
+    prompt, temperature = [1], 0.8
+    pending = asyncio.run_coroutine_threadsafe(
+        engine.generate(prompt, max_tokens=200, temperature=temperature, ignore_eos=True), engine.loop
+    )
+    time.sleep(0.3)  # let some tokens be sampled by the old weights
+    new_model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in new_model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.05)
+    engine.push_weights(new_model.state_dict(), version=old_version + 1)
+    turn = pending.result(timeout=120)
+
+    versions = torch.tensor(turn.versions)
+    cut = int((versions == old_version).sum())
+    # One contiguous switch: tokens [0, cut) from v, [cut, end) from v+1, both non-empty.
+    assert 0 < cut < len(versions)
+    assert versions[:cut].eq(old_version).all() and versions[cut:].eq(old_version + 1).all()
+
+    mu = torch.tensor(turn.logprobs)
+    old_pi = trainer_logprobs(model, prompt, turn, temperature)
+    new_pi = trainer_logprobs(new_model, prompt, turn, temperature)
+    # Each token matches the version it is tagged with (fp32 engine) ...
+    assert (old_pi[:cut] - mu[:cut]).abs().max() < 1e-4
+    assert (new_pi[cut:] - mu[cut:]).abs().max() < 1e-4
+    # ... and not the other one, so a tag one token off would fail the assertions above.
+    assert (old_pi[cut:] - mu[cut:]).abs().max() > 1e-2
+    assert (new_pi[:cut] - mu[:cut]).abs().max() > 1e-2
