@@ -20,6 +20,6 @@ def resolve_model_path(path: str | None, tiny: TinyPolicyConfig = TinyPolicyConf
     if not (folder / "config.json").is_file():
         raise ValueError(
             f"model.path={path!r} is not a local Hugging Face model folder (no config.json there); "
-            "set model.path to such a folder, or to null for the built-in tiny policy"
+            "set model.path (Lightning CLI: --model.model_path) to such a folder, or to null for the built-in tiny policy"
         )
     return folder
