@@ -27,7 +27,8 @@ class AsyncRLModule(L.LightningModule):
         model_path: local Hugging Face model folder; None = the built-in tiny policy.
         loss: a registered loss strategy name (`lit_asyncrl.losses.available_losses()`).
         loss_kwargs: its keyword arguments (bounds as (low, high) ratios, aggregation, ...).
-        reference: where pi_ref comes from: "none", "async_recompute", ...
+        reference: where pi_ref comes from: "none", "async_recompute", "snapshot", "ewma".
+        reference_kwargs: its keyword arguments (e.g. the snapshot budget, the EWMA decay).
         lr, weight_decay: AdamW.
         entropy_coef: weight of an entropy bonus on policy tokens (guards against collapse).
         warm_start_steps, warm_start_lr: supervised steps on the environment's scripted
@@ -40,6 +41,7 @@ class AsyncRLModule(L.LightningModule):
         loss: str = "ppo_clip_train_infer",
         loss_kwargs: dict[str, Any] | None = None,
         reference: str = "none",
+        reference_kwargs: dict[str, Any] | None = None,
         lr: float = 3e-4,
         weight_decay: float = 0.0,
         entropy_coef: float = 0.0,
@@ -50,7 +52,7 @@ class AsyncRLModule(L.LightningModule):
         self.save_hyperparameters()
         # Build the loss and the reference first: a bad name or bound fails before anything loads.
         self.loss_fn = get_loss(loss, **(loss_kwargs or {}))
-        self.reference = build_reference(reference)
+        self.reference = build_reference(reference, **(reference_kwargs or {}))
         from transformers import AutoModelForCausalLM
 
         self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
@@ -64,7 +66,7 @@ class AsyncRLModule(L.LightningModule):
     def configure_callbacks(self) -> list[L.Callback]:
         from lit_asyncrl.rollout.weight_sync import EngineWeightSync
 
-        return [EngineWeightSync()]
+        return [EngineWeightSync(), *self.reference.callbacks()]
 
     def on_fit_start(self) -> None:
         datamodule = self.trainer.datamodule
@@ -80,9 +82,9 @@ class AsyncRLModule(L.LightningModule):
         batch = {key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
         loss_mask = batch["loss_mask"]  # [B, T]
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
-        ref_logprobs = self.reference.ref_logprobs(self, batch)
         logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logprobs = logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
+        ref_logprobs = self.reference.ref_logprobs(self, batch, logprobs.detach())
         out = self.loss_fn(
             LossInputs(
                 logprobs=logprobs,

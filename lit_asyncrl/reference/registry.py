@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
-from lit_asyncrl.reference.base import ReferenceSource
-from lit_asyncrl.reference.simple import AsyncRecomputeReference, NoReference
+from typing import Any
 
-_REFERENCES: dict[str, type] = {"none": NoReference, "async_recompute": AsyncRecomputeReference}
+from lit_asyncrl.reference.base import ReferenceSource
+from lit_asyncrl.reference.ewma import EWMAReferenceSource
+from lit_asyncrl.reference.simple import AsyncRecomputeReference, NoReference
+from lit_asyncrl.reference.snapshot import SnapshotReference
+
+_REFERENCES: dict[str, type] = {
+    "none": NoReference,
+    "async_recompute": AsyncRecomputeReference,
+    "snapshot": SnapshotReference,
+    "ewma": EWMAReferenceSource,
+}
 
 
 def available_references() -> list[str]:
     return sorted(_REFERENCES)
 
 
-def build_reference(name: str) -> ReferenceSource:
+def build_reference(name: str, **kwargs: Any) -> ReferenceSource:
+    """Build a reference source; unknown names and arguments fail naming the key."""
     if name not in _REFERENCES:
         raise ValueError(f"model.reference={name!r} is not one of {available_references()}")
-    return _REFERENCES[name]()
+    try:
+        return _REFERENCES[name](**kwargs)
+    except TypeError as error:
+        raise ValueError(f"model.reference_kwargs for {name!r}: {error}") from error

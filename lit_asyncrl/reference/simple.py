@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import lightning as L
 import torch
-
-from lit_asyncrl.scoring import token_logprobs
 
 
 class NoReference:
@@ -12,19 +11,26 @@ class NoReference:
 
     exact = False
 
-    def ref_logprobs(self, module: torch.nn.Module, batch: dict) -> None:
+    def callbacks(self) -> list[L.Callback]:
+        return []
+
+    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> None:
         return None
 
 
 class AsyncRecomputeReference:
-    """pi_async: the trainer's current weights scored before the update (a proxy for pi_old).
+    """pi_async: the trainer's current weights, scored before the update (a proxy for pi_old).
 
-    With one optimizer step per batch this equals pi_theta detached, so r_s = 1 for every token:
-    the staleness clip is a no-op and r_d absorbs all staleness (the paper's "decoupled PPO & async").
+    With one optimizer step per batch this is pi_theta detached, so r_s = 1 for every token: the
+    staleness clip is a no-op and r_d absorbs all staleness (the paper's "decoupled PPO & async").
+    The forward is not run twice: before the step, the current weights' log-probs are the ones
+    just computed for the loss.
     """
 
     exact = False
 
-    @torch.no_grad()
-    def ref_logprobs(self, module: torch.nn.Module, batch: dict) -> torch.Tensor:
-        return token_logprobs(module.policy, batch["input_ids"], batch["attention_mask"], batch["temperature"], batch["top_k"])
+    def callbacks(self) -> list[L.Callback]:
+        return []
+
+    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
+        return current_logprobs.detach()

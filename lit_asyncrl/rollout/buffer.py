@@ -59,6 +59,11 @@ class RolloutBuffer:
                 "pending": sum(len(group) for group in self._groups),
             }
 
+    def oldest_pending_version(self) -> int | None:
+        """The oldest weight version among pending policy tokens (None when nothing is pending)."""
+        with self._condition:
+            return min((t.oldest_version for group in self._groups for t in group), default=None)
+
     def accounting_holds(self) -> bool:
         with self._condition:
             return self.produced == self.trained + self.num_dropped + sum(len(g) for g in self._groups)

@@ -48,6 +48,8 @@ class RolloutProducer:
         self.policy_tokens = 0
         self.started_at = time.monotonic()
         self._in_flight: set[asyncio.Task] = set()
+        # Engine version when each in-flight group started: its tokens carry this version or newer.
+        self._start_versions: dict[int, int] = {}
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
@@ -72,6 +74,10 @@ class RolloutProducer:
     @property
     def tokens_per_s(self) -> float:
         return self.policy_tokens / max(time.monotonic() - self.started_at, 1e-9)
+
+    @property
+    def oldest_in_flight_version(self) -> int | None:
+        return min(list(self._start_versions.values()), default=None)  # list(): read from another thread
 
     @property
     def in_flight_groups(self) -> int:
@@ -100,14 +106,17 @@ class RolloutProducer:
 
     async def _play_group(self, group_id: int) -> None:
         instance = self.env.sample_instance(self.rng)
+        self._start_versions[group_id] = self.engine.version
         try:
             episodes = await asyncio.gather(
                 *(play_episode(self.engine, self.env, self.tokenizer, instance, group_id, **self.sampling) for _ in range(self.group_size))
             )
         except asyncio.CancelledError:
+            self._start_versions.pop(group_id, None)
             self.buffer.release(self.group_size)
             raise
         except Exception as error:  # kept for the trainer thread, which raises it (DataModule.next_batch)
+            self._start_versions.pop(group_id, None)
             self.buffer.release(self.group_size)
             self.error = error
             return
@@ -115,3 +124,4 @@ class RolloutProducer:
             episode.advantage = advantage
         self.policy_tokens += sum(episode.num_policy_tokens for episode in episodes)
         self.buffer.put_group(list(episodes), reserved=self.group_size)
+        self._start_versions.pop(group_id, None)

@@ -1,0 +1,45 @@
+"""PPO-EWMA: a debiased EWMA of the policy parameters as the proximal reference (paper 5.2)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning as L
+import torch
+from asyncrl_callbacks import EWMAReference
+
+from lit_asyncrl.scoring import logits_to_token_logprobs
+
+
+class EWMAReferenceSource:
+    """pi_prox from theta_prox = sum_k beta^(t-k) theta_k / sum_k beta^(t-k), with auto-reset.
+
+    Args:
+        beta: EWMA decay; None derives it from the staleness window as W / (W + 2).
+        staleness_window: W, or "auto" to take it from the observed version gaps.
+        tau, patience: reset theta_prox to theta after `patience` consecutive steps with
+            `train/train_infer_mask` below `tau`; patience None disables the reset.
+    """
+
+    exact = False
+
+    def __init__(
+        self,
+        beta: float | None = None,
+        staleness_window: float | Literal["auto"] | None = "auto",
+        tau: float = 0.8,
+        patience: int | None = 3,
+    ) -> None:
+        self.ewma = EWMAReference(
+            beta=beta, staleness_window=None if beta is not None else staleness_window, module_attr="policy", tau=tau, patience=patience
+        )
+
+    def callbacks(self) -> list[L.Callback]:
+        return [self.ewma]
+
+    @torch.no_grad()
+    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
+        loss_mask = batch["loss_mask"]
+        self.ewma.observe_version_gaps((module.global_step - batch["versions"])[loss_mask])
+        logits = self.ewma.reference_forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
