@@ -14,6 +14,7 @@ from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import collate
 
@@ -128,6 +129,35 @@ class RolloutDataModule(L.LightningDataModule):
         stats["rollout/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
         stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
         return stats
+
+    # -- interruption-sync (asyncrl_callbacks.InterruptibleRollouts) ----------------------------
+    def pause_rollouts(self) -> None:
+        self.engine.pause()
+
+    def resume_rollouts(self) -> None:
+        self.engine.resume()
+
+    def score_unscored(self, pl_module: L.LightningModule, version: int) -> int:
+        """Score every token still lacking pi_old, finished or partial, with `pl_module.policy`.
+
+        Called while generation is paused, right before the optimizer step replaces `version`:
+        every unscored token was sampled under it. Collection and attachment run on the engine
+        loop, which owns the trajectories; the forward runs here, on the trainer's weights.
+        """
+        async def collect():
+            return collect_unscored(self._unfinished_trajectories())
+
+        requests = self.engine.run(collect())
+        scores = score_requests(pl_module.policy, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id)
+
+        async def write_back():
+            return attach(requests, scores, version)
+
+        return self.engine.run(write_back())
+
+    def _unfinished_trajectories(self) -> list:
+        pending = self.buffer.pending_trajectories()
+        return pending + list(self.producer.active if self.producer else ())
 
     def live_versions(self) -> list[int]:
         """Weight versions that a token not yet trained on may carry (pending or being generated)."""

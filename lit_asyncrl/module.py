@@ -98,10 +98,10 @@ class AsyncRLModule(L.LightningModule):
         entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
         loss = out.loss - self.hparams.entropy_coef * entropy
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
-        self._log_step(batch, out.metrics, version_gap, entropy, loss)
+        self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs)
         return loss
 
-    def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor) -> None:
+    def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor, ref_logprobs: torch.Tensor | None) -> None:
         size = batch["input_ids"].shape[0]
         gaps = version_gap[batch["loss_mask"]].float()
         metrics = {
@@ -113,6 +113,12 @@ class AsyncRLModule(L.LightningModule):
             "train/version_gap_max": gaps.max().item() if gaps.numel() else 0.0,
             "train/policy_tokens": float(gaps.numel()),
         }
+        if ref_logprobs is not None and gaps.numel():
+            # |log pi_ref - log mu| on policy tokens: the train-inference gap the reference sees. With an
+            # exact reference and an fp32 engine it stays at numerical noise at every version gap.
+            log_rd = (ref_logprobs - batch["behavior_logprobs"])[batch["loss_mask"]].abs()
+            metrics["train/ref_behavior_logratio_absmax"] = log_rd.max().item()
+            metrics["train/ref_behavior_logratio_absmean"] = log_rd.mean().item()
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
         metrics.update({key: float(value) for key, value in batch.items() if key.startswith("rollout/")})

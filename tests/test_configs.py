@@ -50,7 +50,7 @@ def test_reference_group_selects_the_source(reference, tmp_path):
     cfg = compose_train([f"reference={reference}", f"hydra.run.dir={tmp_path}"])
     module = instantiate(cfg.module, _convert_="all")
     assert module.hparams.reference == reference
-    assert module.reference.exact == (reference == "snapshot")
+    assert module.reference.exact == (reference in {"snapshot", "interrupt_sync", "dedicated"})
 
 
 def test_snapshot_reference_holds_every_version_the_buffer_may_train_on(tmp_path):

@@ -59,6 +59,10 @@ class RolloutBuffer:
                 "pending": sum(len(group) for group in self._groups),
             }
 
+    def pending_trajectories(self) -> list[Trajectory]:
+        with self._condition:
+            return [trajectory for group in self._groups for trajectory in group]
+
     def oldest_pending_version(self) -> int | None:
         """The oldest weight version among pending policy tokens (None when nothing is pending)."""
         with self._condition:

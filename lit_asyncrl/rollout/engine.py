@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -154,8 +154,14 @@ class VLLMEngine:
         top_k: int = -1,
         stop_token_ids: Sequence[int] = (),
         ignore_eos: bool = False,
+        on_tokens: Callable[[list[int], list[float]], None] | None = None,
     ) -> TurnOutput:
-        """Sample one turn, streaming; returns the tokens with mu and per-token versions."""
+        """Sample one turn, streaming; returns the tokens with mu and per-token versions.
+
+        `on_tokens(ids, logprobs)` sees each streamed piece as it arrives, so a partial turn is
+        visible (e.g. to score it before its version is replaced); the final versions come from
+        vLLM's spans in the returned `TurnOutput`.
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -176,9 +182,11 @@ class VLLMEngine:
         stream = self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=uuid.uuid4().hex)
         async for message in stream:
             completion = message.outputs[0]
+            new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
             token_ids.extend(completion.token_ids)
-            for token, entry in zip(completion.token_ids, completion.logprobs or ()):
-                logprobs.append(entry[token].logprob)
+            logprobs.extend(new_logprobs)
+            if on_tokens is not None and completion.token_ids:
+                on_tokens(list(completion.token_ids), new_logprobs)
             final = completion
         versions = _expand_version_spans(final.weight_versions, len(token_ids), self.version)
         return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
@@ -205,6 +213,13 @@ class VLLMEngine:
         path = self._weights_dir / "model.safetensors"
         save_file(tensors, str(path))
         return path
+
+    def pause(self) -> None:
+        """Freeze generation (in-flight requests kept, KV cleared) until `resume` or a weight push."""
+        self.run(self._llm.pause_generation(mode="keep", clear_cache=True))
+
+    def resume(self) -> None:
+        self.run(self._llm.resume_generation())
 
     async def _swap_weights(self, path: Path, version: int) -> None:
         await self._llm.pause_generation(mode="keep", clear_cache=True)

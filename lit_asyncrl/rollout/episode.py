@@ -14,7 +14,7 @@ async def play_episode(
     env: Environment,
     tokenizer: Any,
     instance: object,
-    group_id: int,
+    trajectory: Trajectory,
     *,
     temperature: float,
     top_k: int,
@@ -33,14 +33,17 @@ async def play_episode(
         room = max_context - len(trajectory.token_ids)
         if room < 1:
             break
+        turn_start = len(trajectory.token_ids)
         turn = await engine.generate(
-            trajectory.token_ids,
+            list(trajectory.token_ids),
             max_tokens=min(env.max_turn_tokens, room),
             temperature=temperature,
             top_k=top_k,
             stop_token_ids=stop_ids,
+            # Provisional versions; the engine's final spans below are authoritative.
+            on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
         )
-        trajectory.extend_policy(turn.token_ids, turn.logprobs, turn.versions)
+        trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
         trajectory.num_turns += 1
         result = episode.step(tokenizer.decode(turn.token_ids, skip_special_tokens=False))
         trajectory.reward += result.reward

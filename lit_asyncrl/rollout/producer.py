@@ -11,7 +11,7 @@ from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.episode import play_episode
-from lit_asyncrl.rollout.records import group_normalized_advantages
+from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 
 
 class RolloutProducer:
@@ -50,6 +50,8 @@ class RolloutProducer:
         self._in_flight: set[asyncio.Task] = set()
         # Engine version when each in-flight group started: its tokens carry this version or newer.
         self._start_versions: dict[int, int] = {}
+        #: Trajectories being generated (partial), e.g. for scoring before their version goes.
+        self.active: set[Trajectory] = set()
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
@@ -107,15 +109,19 @@ class RolloutProducer:
     async def _play_group(self, group_id: int) -> None:
         instance = self.env.sample_instance(self.rng)
         self._start_versions[group_id] = self.engine.version
+        trajectories = [Trajectory(group_id=group_id) for _ in range(self.group_size)]
+        self.active.update(trajectories)
         try:
             episodes = await asyncio.gather(
-                *(play_episode(self.engine, self.env, self.tokenizer, instance, group_id, **self.sampling) for _ in range(self.group_size))
+                *(play_episode(self.engine, self.env, self.tokenizer, instance, trajectory, **self.sampling) for trajectory in trajectories)
             )
         except asyncio.CancelledError:
+            self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
             self.buffer.release(self.group_size)
             raise
         except Exception as error:  # kept for the trainer thread, which raises it (DataModule.next_batch)
+            self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
             self.buffer.release(self.group_size)
             self.error = error
@@ -124,4 +130,5 @@ class RolloutProducer:
             episode.advantage = advantage
         self.policy_tokens += sum(episode.num_policy_tokens for episode in episodes)
         self.buffer.put_group(list(episodes), reserved=self.group_size)
+        self.active.difference_update(trajectories)
         self._start_versions.pop(group_id, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -28,6 +29,13 @@ class Trajectory:
     success: bool = False
     num_turns: int = 0
     advantage: float = 0.0
+    #: Exact training-side pi_old per token, filled by the interruption-sync and dedicated routes
+    #: (NaN until scored), with the version whose weights scored it.
+    old_logprobs: list[float] = dataclasses.field(default_factory=list)
+    old_versions: list[int] = dataclasses.field(default_factory=list)
+    #: Tokens whose pi_old was computed under another version than the one that sampled them
+    #: (a pause/stream race); their pi_old was reset to NaN so the loss drops and counts them.
+    misattributed_scores: int = 0
 
     def extend_context(self, token_ids: list[int]) -> None:
         """Append tokens the policy did not write (prompt or observation)."""
@@ -35,6 +43,8 @@ class Trajectory:
         self.loss_mask += [False] * len(token_ids)
         self.behavior_logprobs += [0.0] * len(token_ids)
         self.versions += [NO_VERSION] * len(token_ids)
+        self.old_logprobs += [0.0] * len(token_ids)
+        self.old_versions += [NO_VERSION] * len(token_ids)
 
     def extend_policy(self, token_ids: list[int], logprobs: list[float], versions: list[int]) -> None:
         """Append tokens sampled by the policy, with their mu and versions."""
@@ -44,6 +54,27 @@ class Trajectory:
         self.loss_mask += [True] * len(token_ids)
         self.behavior_logprobs += logprobs
         self.versions += versions
+        self.old_logprobs += [math.nan] * len(token_ids)
+        self.old_versions += [NO_VERSION] * len(token_ids)
+
+    def set_versions(self, start: int, versions: list[int]) -> int:
+        """Overwrite the versions of policy tokens from `start` (the engine's final spans of a turn).
+
+        A token already scored under another version than the one that sampled it loses its
+        pi_old (set back to NaN, so the loss masks and counts it); returns how many did.
+        """
+        invalidated = 0
+        for offset, version in enumerate(versions):
+            position = start + offset
+            self.versions[position] = version
+            if self.old_versions[position] not in (NO_VERSION, version):
+                self.old_logprobs[position], self.old_versions[position] = math.nan, NO_VERSION
+                invalidated += 1
+        return invalidated
+
+    def unscored_positions(self) -> list[int]:
+        """Policy-token positions that have no pi_old yet."""
+        return [i for i, (sampled, old) in enumerate(zip(self.loss_mask, self.old_logprobs)) if sampled and math.isnan(old)]
 
     @property
     def policy_versions(self) -> list[int]:
@@ -80,6 +111,7 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
         "attention_mask": padded([[1] * len(t.token_ids) for t in trajectories], 0, torch.long),
         "loss_mask": loss_mask,
         "behavior_logprobs": padded([t.behavior_logprobs for t in trajectories], 0.0, torch.float32),
+        "old_logprobs": padded([t.old_logprobs for t in trajectories], 0.0, torch.float32),
         "versions": padded([t.versions for t in trajectories], NO_VERSION, torch.long),
         "advantages": advantages[:, None] * loss_mask,
         "rewards": torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
