@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
@@ -70,6 +71,8 @@ class RolloutDataModule(L.LightningDataModule):
         self.seed, self.batch_timeout_s = seed, batch_timeout_s
         self.engine: VLLMEngine | None = None
         self.producer: RolloutProducer | None = None
+        self.dedicated: DedicatedOldLogitModel | None = None
+        self._dedicated_requested = False
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
         self.tokenizer = None
 
@@ -81,10 +84,18 @@ class RolloutDataModule(L.LightningDataModule):
             self.engine = VLLMEngine(self.model_path, self.engine_config)
             self.engine.start()
 
+    def use_dedicated_old_logit_model(self) -> None:
+        """Score pi_old in a dedicated worker process (requested by `reference=dedicated`)."""
+        self._dedicated_requested = True
+
     def start_rollouts(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Load the trainer's weights as `version` and start generating (called at train start)."""
         if self.engine is None:
             raise RuntimeError("setup() must run before start_rollouts()")
+        if self._dedicated_requested and self.dedicated is None:
+            self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id)
+            self.dedicated.start(self.engine.loop)
+            self.dedicated.send_weights(state_dict, version)
         self.engine.push_weights(state_dict, version)
         self.buffer.set_trainer_version(version)
         self.producer = RolloutProducer(
@@ -96,8 +107,23 @@ class RolloutDataModule(L.LightningDataModule):
             max_context=self.engine_config.max_model_len,
             seed=self.seed,
             groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
+            old_logit_model=self.dedicated,
         )
         self.producer.start()
+
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Move the engine (and the dedicated old-logit worker) to `version`."""
+        if self.dedicated is not None:
+            # While paused, hand the worker every token of the outgoing version still unscored
+            # (partial turns included); the worker scores them before it loads `version`.
+            self.engine.pause()
+
+            async def submit_outgoing():
+                self.dedicated.submit(self._unfinished_trajectories())
+
+            self.engine.run(submit_outgoing())
+            self.dedicated.send_weights(state_dict, version)
+        return self.engine.push_weights(state_dict, version)
 
     def train_dataloader(self) -> DataLoader:
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.
@@ -128,6 +154,11 @@ class RolloutDataModule(L.LightningDataModule):
         stats["rollout/queue_depth"] = stats["rollout/pending"]
         stats["rollout/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
         stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
+        if self.dedicated is not None:
+            stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
+            stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)
+            stats["dedicated/score_s"] = self.dedicated.score_seconds
+            stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
         return stats
 
     # -- interruption-sync (asyncrl_callbacks.InterruptibleRollouts) ----------------------------
@@ -171,6 +202,9 @@ class RolloutDataModule(L.LightningDataModule):
         if self.producer is not None:
             self.producer.stop()
             self.producer = None
+        if self.dedicated is not None:
+            self.dedicated.stop()
+            self.dedicated = None
         if self.engine is not None:
             self.engine.shutdown()
             self.engine = None

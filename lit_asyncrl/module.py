@@ -121,7 +121,8 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/ref_behavior_logratio_absmean"] = log_rd.mean().item()
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
-        metrics.update({key: float(value) for key, value in batch.items() if key.startswith("rollout/")})
+        # Rollout-side statistics ride in the batch under their own prefixes (rollout/, dedicated/).
+        metrics.update({key: float(value) for key, value in batch.items() if "/" in key and isinstance(value, float)})
         self.log_dict(metrics, batch_size=size)
         progress = {"success": metrics["train/task_success"], "gap": metrics["train/version_gap_max"], "queue": metrics["rollout/queue_depth"]}
         self.log_dict(progress, prog_bar=True, logger=False, batch_size=size)

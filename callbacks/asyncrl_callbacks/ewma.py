@@ -383,10 +383,13 @@ class EWMAReference(Callback):
         return streak
 
     def _log(self, pl_module: LightningModule, streak: int) -> None:
-        """Logs the reset counter, the streak and the decay for this step."""
-        pl_module.log(f"{self.log_prefix}ewma_resets", float(self.num_resets))
-        pl_module.log(f"{self.log_prefix}low_mask_streak", float(streak))
-        pl_module.log(f"{self.log_prefix}ewma_beta", self.beta)
+        """Logs the reset counter, the streak and the decay for this step.
+
+        `batch_size=1`: these are per-step scalars, and modules whose `training_step` pulls its
+        own batch (`dataloader_iter`) require an explicit batch size.
+        """
+        values = {"ewma_resets": float(self.num_resets), "low_mask_streak": float(streak), "ewma_beta": float(self.beta)}
+        pl_module.log_dict({f"{self.log_prefix}{key}": value for key, value in values.items()}, batch_size=1)
 
     def _warn_once(self, key: str, message: str) -> None:
         """Warns (on rank zero) the first time ``key`` comes up."""

@@ -1,6 +1,6 @@
 """Reference sources: where the decoupled loss gets pi_ref (see DESIGN.md, "reference source")."""
 
-from lit_asyncrl.reference.attached import InterruptSyncReference
+from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference
 from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.reference.ewma import EWMAReferenceSource
 from lit_asyncrl.reference.registry import available_references, build_reference
@@ -9,6 +9,7 @@ from lit_asyncrl.reference.snapshot import SnapshotReference
 
 __all__ = [
     "AsyncRecomputeReference",
+    "DedicatedReference",
     "EWMAReferenceSource",
     "InterruptSyncReference",
     "NoReference",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lit_asyncrl.reference.attached import InterruptSyncReference
+from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference
 from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.reference.ewma import EWMAReferenceSource
 from lit_asyncrl.reference.simple import AsyncRecomputeReference, NoReference
@@ -16,6 +16,7 @@ _REFERENCES: dict[str, type] = {
     "snapshot": SnapshotReference,
     "ewma": EWMAReferenceSource,
     "interrupt_sync": InterruptSyncReference,
+    "dedicated": DedicatedReference,
 }
 
 

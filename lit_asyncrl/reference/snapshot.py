@@ -29,12 +29,13 @@ class SnapshotReference:
         return [self.retention]
 
     def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
-        # Versions no pending or in-flight token refers to are freed before this step's forwards.
-        self.retention.release_unreferenced(module.trainer.datamodule.live_versions())
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
 
         def score(forward, rows: torch.Tensor) -> torch.Tensor:
             logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
             return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
 
-        return self.retention.historical_logprobs(batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
+        ref_logprobs = self.retention.historical_logprobs(batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
+        # This batch is consumed: free every version no pending or in-flight token refers to.
+        self.retention.release_unreferenced(module.trainer.datamodule.live_versions())
+        return ref_logprobs

@@ -13,6 +13,7 @@ token is the version that sampled it (a kept stale KV would mix two versions).
 from __future__ import annotations
 
 import asyncio
+import gc
 import dataclasses
 import os
 import tempfile
@@ -121,6 +122,8 @@ class VLLMEngine:
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
+        # Collect the AsyncLLM now: left to interpreter exit, its __del__ runs against torn-down modules.
+        gc.collect()
         for file in self._weights_dir.glob("*"):
             file.unlink(missing_ok=True)
 

@@ -26,7 +26,6 @@ async def play_episode(
     middle of a turn, in which case the turn's tokens carry two versions (a partial rollout).
     """
     episode = env.new_episode(instance)
-    trajectory = Trajectory(group_id=group_id)
     trajectory.extend_context([tokenizer.bos_token_id, *_encode(tokenizer, episode.reset())])
     stop_ids = [_single_token_id(tokenizer, env.turn_stop), tokenizer.eos_token_id]
     for _ in range(env.max_turns):

@@ -9,6 +9,7 @@ from typing import Any
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
@@ -37,12 +38,15 @@ class RolloutProducer:
         max_context: int,
         seed: int,
         groups_per_version: int | None = None,
+        old_logit_model: DedicatedOldLogitModel | None = None,
     ) -> None:
         self.engine, self.env, self.tokenizer, self.buffer = engine, env, tokenizer, buffer
         self.group_size = group_size
         self.max_concurrent_groups = max_concurrent_groups
         self.sampling = {"temperature": temperature, "top_k": top_k, "max_context": max_context}
         self.groups_per_version = groups_per_version
+        self.old_logit_model = old_logit_model
+        self.scoring_wait_s = 0.0
         self.rng = random.Random(seed)
         self.next_group_id = 0
         self.policy_tokens = 0
@@ -106,29 +110,38 @@ class RolloutProducer:
             self.error = error
             raise
 
+    async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:
+        """Dedicated route: a group enters the buffer only with pi_old on every token."""
+        start = time.monotonic()
+        future = self.old_logit_model.submit(episodes)
+        if future is not None:
+            await future
+        self.scoring_wait_s += time.monotonic() - start
+
     async def _play_group(self, group_id: int) -> None:
-        instance = self.env.sample_instance(self.rng)
-        self._start_versions[group_id] = self.engine.version
+        """Play one group, attach advantages and file it; any failure is kept for the trainer."""
         trajectories = [Trajectory(group_id=group_id) for _ in range(self.group_size)]
+        self._start_versions[group_id] = self.engine.version
         self.active.update(trajectories)
+        filed = False
         try:
-            episodes = await asyncio.gather(
+            instance = self.env.sample_instance(self.rng)
+            await asyncio.gather(
                 *(play_episode(self.engine, self.env, self.tokenizer, instance, trajectory, **self.sampling) for trajectory in trajectories)
             )
+            if self.old_logit_model is not None:
+                await self._wait_for_old_logprobs(trajectories)
+            for trajectory, advantage in zip(trajectories, group_normalized_advantages([t.reward for t in trajectories])):
+                trajectory.advantage = advantage
+            self.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in trajectories)
+            self.buffer.put_group(trajectories, reserved=self.group_size)
+            filed = True
         except asyncio.CancelledError:
-            self.active.difference_update(trajectories)
-            self._start_versions.pop(group_id, None)
-            self.buffer.release(self.group_size)
             raise
         except Exception as error:  # kept for the trainer thread, which raises it (DataModule.next_batch)
+            self.error = error
+        finally:
+            if not filed:
+                self.buffer.release(self.group_size)
             self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
-            self.buffer.release(self.group_size)
-            self.error = error
-            return
-        for episode, advantage in zip(episodes, group_normalized_advantages([e.reward for e in episodes])):
-            episode.advantage = advantage
-        self.policy_tokens += sum(episode.num_policy_tokens for episode in episodes)
-        self.buffer.put_group(list(episodes), reserved=self.group_size)
-        self.active.difference_update(trajectories)
-        self._start_versions.pop(group_id, None)

@@ -11,7 +11,7 @@ import torch
 NO_VERSION = -1
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # identity semantics: trajectories are tracked in sets while generated
 class Trajectory:
     """A whole multi-turn episode as one token sequence.
 

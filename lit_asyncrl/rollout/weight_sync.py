@@ -23,6 +23,6 @@ class EngineWeightSync(L.Callback):
         version = trainer.global_step
         datamodule.buffer.set_trainer_version(version)
         if version % datamodule.weight_sync_every == 0:
-            timings = datamodule.engine.push_weights(pl_module.policy.state_dict(), version)
+            timings = datamodule.push_weights(pl_module.policy.state_dict(), version)
             pl_module.log("rollout/weight_push_s", timings["write_s"] + timings["pause_s"], batch_size=1)
             pl_module.log("rollout/engine_pause_s", timings["pause_s"], batch_size=1)

@@ -8,6 +8,7 @@ import torch
 from asyncrl_callbacks import SnapshotRetention
 from transformers import AutoModelForCausalLM
 
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
@@ -49,26 +50,50 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
     snapshots = SnapshotRetention(max_staleness=3)
     snapshots.save_version(base, models[0])
     engine.push_weights(models[0].state_dict(), version=base)
+    dedicated = DedicatedOldLogitModel(tiny_model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0)
+    dedicated.start(engine.loop)
+    dedicated.send_weights(models[0].state_dict(), base)
 
-    trajectory = Trajectory(group_id=0)
-    trajectory.extend_context([1])
+    # The same streamed tokens feed two records: one per route that attaches pi_old to tokens.
+    trajectory, dedicated_trajectory = Trajectory(group_id=0), Trajectory(group_id=0)
+    for record in (trajectory, dedicated_trajectory):
+        record.extend_context([1])
+
+    def on_tokens(ids, logprobs):
+        for record in (trajectory, dedicated_trajectory):
+            record.extend_policy(ids, logprobs, [engine.version] * len(ids))
+
     pending = asyncio.run_coroutine_threadsafe(
-        engine.generate(
-            [1], max_tokens=240, temperature=TEMPERATURE, ignore_eos=True,
-            on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
-        ),
-        engine.loop,
+        engine.generate([1], max_tokens=240, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens), engine.loop
     )
     for step in (1, 2):
         time.sleep(0.25)
-        # Before version base+step-1 is replaced: score its tokens with its still-resident weights.
+        # Before version base+step-1 is replaced: score its tokens with its still-resident weights
+        # (interruption-sync), and hand them to the dedicated worker before it moves on.
         interrupt_and_score(engine, trajectory, models[step - 1], base + step - 1)
+
+        async def submit():
+            dedicated.submit([dedicated_trajectory])
+
+        engine.run(submit())
+        dedicated.send_weights(models[step].state_dict(), base + step)
         snapshots.save_version(base + step, models[step])
         engine.push_weights(models[step].state_dict(), version=base + step)  # also resumes
     turn = pending.result(timeout=300)
-    assert trajectory.set_versions(1, turn.versions) == 0  # no token was scored under a wrong version
+    for record in (trajectory, dedicated_trajectory):
+        assert record.set_versions(1, turn.versions) == 0  # no token was scored under a wrong version
     interrupt_and_score(engine, trajectory, models[2], base + 2)
     engine.resume()
+
+    async def finish_dedicated():
+        future = dedicated.submit([dedicated_trajectory])
+        if future is not None:
+            await future
+        while dedicated.queue_depth:  # earlier fire-and-forget requests
+            await asyncio.sleep(0.01)
+
+    engine.run(finish_dedicated(), timeout_s=120)
+    dedicated.stop()
 
     versions = torch.tensor(trajectory.versions[1:])
     assert sorted(set(versions.tolist())) == [base, base + 1, base + 2]  # one partial episode, three versions
@@ -88,8 +113,10 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
 
     snapshot_route = snapshots.historical_logprobs(batch["versions"], mask, score, module=models[0])[mask]
     interrupt_route = batch["old_logprobs"][mask]
+    dedicated_route = collate([dedicated_trajectory], pad_id=0)["old_logprobs"][mask]
 
-    assert torch.isfinite(interrupt_route).all()
+    assert torch.isfinite(interrupt_route).all() and torch.isfinite(dedicated_route).all()
+    assert (dedicated_route - truth).abs().max() < 1e-6
     assert (snapshot_route - truth).abs().max() < 1e-6
     assert (interrupt_route - truth).abs().max() < 1e-6
     assert snapshots.num_historical_forwards == 3  # one forward per distinct version

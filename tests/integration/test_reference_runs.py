@@ -52,3 +52,14 @@ def test_interrupt_sync_reference_gives_exact_old_logprobs(tmp_path):
         assert row["train/ref_behavior_logratio_absmax"] < 1e-4
         assert row["interrupt/stall_s"] > 0
     assert sum(row["interrupt/scored_tokens"] for row in rows) > 0
+
+
+def test_dedicated_old_logit_model_gives_exact_old_logprobs(tmp_path):
+    run_hydra(["experiment=dedicated", "trainer.max_steps=8", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert len(rows) == 8
+    assert max(row["train/version_gap_max"] for row in rows) >= 1
+    for row in rows:
+        assert row["train/nonfinite_tokens"] == 0  # every policy token arrived with its pi_old
+        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
+    assert rows[-1]["dedicated/scored_tokens"] >= rows[-1]["rollout/trained"]  # at least one token per episode

@@ -1,0 +1,118 @@
+"""The dedicated old-logit model: a worker process that holds the version the engine serves and
+scores tokens while that version is alive (paper section 5.1), overlapping with training.
+
+Messages to the worker are handled in order, so all of version v's tokens (sent at the push that
+ends v, including partial turns) are scored before the weights of v+1 are loaded: the worker
+"finishes a version's tokens before it moves to the next". Finished groups are scored before they
+enter the buffer, so every batch arrives with pi_old attached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from lit_asyncrl.rollout.old_logits import ScoreRequest, attach, collect_unscored
+from lit_asyncrl.rollout.records import Trajectory
+
+
+def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads: int) -> None:
+    """Worker process: load weights when told, score token lists with the current version."""
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.rollout.old_logits import score_requests
+
+    torch.set_num_threads(num_threads)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    version = None
+    while True:
+        message = inbox.get()
+        if message[0] == "stop":
+            return
+        if message[0] == "weights":
+            _, version, state_dict = message
+            model.load_state_dict(state_dict)
+            continue
+        _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
+        start = time.perf_counter()
+        requests = [ScoreRequest(None, tokens, positions) for tokens, positions in zip(token_lists, position_lists)]
+        scores = score_requests(model, requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
+        outbox.put((request_id, version, scores, time.perf_counter() - start))
+
+
+class DedicatedOldLogitModel:
+    """Main-process side: sends weights and score requests, attaches replies on the engine loop."""
+
+    def __init__(self, model_path: str | Path, *, temperature: float, top_k: int, pad_id: int, num_threads: int = 1) -> None:
+        self.model_path, self.num_threads = str(model_path), num_threads
+        self.sampling = (temperature, top_k, pad_id)
+        self._ids = itertools.count()
+        self._waiting: dict[int, tuple[list[ScoreRequest], asyncio.Future | None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.version: int | None = None
+        self.scored_tokens = 0
+        self.score_seconds = 0.0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        context = mp.get_context("spawn")
+        self._loop = loop
+        self._inbox, self._outbox = context.Queue(), context.Queue()
+        self._process = context.Process(target=_worker_main, args=(self.model_path, self._inbox, self._outbox, self.num_threads), daemon=True)
+        self._process.start()
+        self._reader = threading.Thread(target=self._read_replies, name="old-logit-replies", daemon=True)
+        self._reader.start()
+
+    def stop(self) -> None:
+        self._inbox.put(("stop",))
+        self._process.join(timeout=30)
+        self._outbox.put(None)  # ends the reader
+        self._reader.join(timeout=30)
+
+    @property
+    def queue_depth(self) -> int:
+        """Score requests sent and not answered yet."""
+        return len(self._waiting)
+
+    def send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Queue version `version`; requests sent before it are scored with the previous weights."""
+        tensors = {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in state_dict.items()}
+        self._inbox.put(("weights", version, tensors))
+        self.version = version
+
+    # -- on the engine loop --------------------------------------------------------------------
+    def submit(self, trajectories: Iterable[Trajectory]) -> asyncio.Future | None:
+        """Send every unscored token of `trajectories`; the future resolves once attached."""
+        requests = collect_unscored(trajectories)
+        if not requests:
+            return None
+        request_id = next(self._ids)
+        future = self._loop.create_future()
+        self._waiting[request_id] = (requests, future)
+        self._inbox.put(("score", request_id, [r.token_ids for r in requests], [r.positions for r in requests], *self.sampling))
+        return future
+
+    def _read_replies(self) -> None:
+        while True:
+            try:
+                reply = self._outbox.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            if reply is None:
+                return
+            self._loop.call_soon_threadsafe(self._attach, *reply)
+
+    def _attach(self, request_id: int, version: int, scores: list[list[float]], seconds: float) -> None:
+        requests, future = self._waiting.pop(request_id)
+        attached = attach(requests, scores, version)
+        self.scored_tokens += attached
+        self.score_seconds += seconds
+        if future is not None and not future.done():
+            future.set_result(attached)
