@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +60,7 @@ class AsyncRLModule(L.LightningModule):
         self.policy.train()  # from_pretrained returns eval mode
         self.automatic_optimization = True
         self._warned_silent_reference = False
+        self._last_step_start: float | None = None
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.policy.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
@@ -78,6 +80,10 @@ class AsyncRLModule(L.LightningModule):
             self.print(f"warm start: {len(losses)} supervised steps, NLL {losses[0]:.3f} -> {losses[-1]:.3f}")
 
     def training_step(self, dataloader_iter: Iterator) -> torch.Tensor:
+        # Wall time from the previous step's start: includes waiting for rollouts, the reference
+        # stage, the update and the weight push (what a route's overhead adds to).
+        now = time.perf_counter()
+        step_s, self._last_step_start = (now - self._last_step_start if self._last_step_start else float("nan")), now
         batch, _, _ = next(dataloader_iter)
         batch = {key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
         loss_mask = batch["loss_mask"]  # [B, T]
@@ -99,6 +105,8 @@ class AsyncRLModule(L.LightningModule):
         loss = out.loss - self.hparams.entropy_coef * entropy
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
         self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs)
+        if step_s == step_s:  # not NaN (first step)
+            self.log("train/step_s", step_s, batch_size=1)
         return loss
 
     def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor, ref_logprobs: torch.Tensor | None) -> None:

@@ -40,8 +40,12 @@ def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...]
 
     series = read_metrics(csv_path)
     present = [key for key in panels if key in series]
-    figure, axes = plt.subplots(1, max(len(present), 1), figsize=(4 * max(len(present), 1), 3.2), squeeze=False)
-    for axis, key in zip(axes[0], present):
+    columns = min(max(len(present), 1), 3)
+    rows = -(-max(len(present), 1) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
+    for axis in axes.flat[len(present):]:
+        axis.set_visible(False)
+    for axis, key in zip(axes.flat, present):
         steps, values = zip(*series[key])
         axis.plot(steps, values, linewidth=1.2)
         axis.set_title(key, fontsize=9)
