@@ -34,15 +34,19 @@ def test_sync_mode_trains_on_policy(tmp_path):
     assert all(abs(row["train/ratio_max"] - 1) < 1e-3 for row in rows)
 
 
-def test_lightning_cli_fit(tmp_path):
+def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
     run_command([
         sys.executable, "-m", "lit_asyncrl.cli", "fit", "--config", "conf/cli/default.yaml",
         "--trainer.max_steps", "3", "--trainer.logger.init_args.save_dir", str(tmp_path),
         "--trainer.default_root_dir", str(tmp_path), "--data.group_size", "4", "--data.groups_per_batch", "4",
         "--data.buffer_capacity", "32", "--model.warm_start_steps", "5",
+        "--model.loss", "decoupled_ppo", "--model.reference", "snapshot", "--model.reference_kwargs", '{"max_staleness": 3}',
     ])
     (csv_path,) = tmp_path.glob("**/metrics.csv")
-    assert len(read_rows(csv_path)) == 3
+    rows = read_rows(csv_path)
+    assert len(rows) == 3
+    assert all(row["train/ref_behavior_logratio_absmax"] < 1e-4 for row in rows)  # exact pi_old via the CLI
+    assert all("snapshot/resident" in row for row in rows)
     assert (csv_path.parent / "training_curves.png").exists()
 
 
