@@ -58,7 +58,6 @@ class AsyncRLModule(L.LightningModule):
 
         self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
         self.policy.train()  # from_pretrained returns eval mode
-        self.automatic_optimization = True
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
 
@@ -83,7 +82,8 @@ class AsyncRLModule(L.LightningModule):
         # Wall time from the previous step's start: includes waiting for rollouts, the reference
         # stage, the update and the weight push (what a route's overhead adds to).
         now = time.perf_counter()
-        step_s, self._last_step_start = (now - self._last_step_start if self._last_step_start else float("nan")), now
+        step_s = None if self._last_step_start is None else now - self._last_step_start
+        self._last_step_start = now
         batch, _, _ = next(dataloader_iter)
         batch = {key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
         loss_mask = batch["loss_mask"]  # [B, T]
@@ -105,7 +105,7 @@ class AsyncRLModule(L.LightningModule):
         loss = out.loss - self.hparams.entropy_coef * entropy
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
         self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs)
-        if step_s == step_s:  # not NaN (first step)
+        if step_s is not None:
             self.log("train/step_s", step_s, batch_size=1)
         return loss
 
@@ -121,12 +121,7 @@ class AsyncRLModule(L.LightningModule):
             "train/version_gap_max": gaps.max().item() if gaps.numel() else 0.0,
             "train/policy_tokens": float(gaps.numel()),
         }
-        if ref_logprobs is not None and gaps.numel():
-            # |log pi_ref - log mu| on policy tokens: the train-inference gap the reference sees. With an
-            # exact reference and an fp32 engine it stays at numerical noise at every version gap.
-            log_rd = (ref_logprobs - batch["behavior_logprobs"])[batch["loss_mask"]].abs()
-            metrics["train/ref_behavior_logratio_absmax"] = log_rd.max().item()
-            metrics["train/ref_behavior_logratio_absmean"] = log_rd.mean().item()
+        metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"]))
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
         # Rollout-side statistics ride in the batch under their own prefixes (rollout/, dedicated/).
@@ -149,3 +144,18 @@ class AsyncRLModule(L.LightningModule):
                 "cheap proxy.",
                 stacklevel=2,
             )
+
+
+def _reference_gap_metrics(ref_logprobs: torch.Tensor | None, behavior_logprobs: torch.Tensor, loss_mask: torch.Tensor) -> dict[str, float]:
+    """|log pi_ref - log mu| on scored policy tokens: the train-inference gap the reference sees.
+
+    With an exact reference and an fp32 engine it stays at numerical noise at every version gap;
+    unscored (non-finite) tokens are left out here and counted by the loss instead.
+    """
+    if ref_logprobs is None:
+        return {}
+    log_rd = (ref_logprobs - behavior_logprobs)[loss_mask].abs()
+    log_rd = log_rd[torch.isfinite(log_rd)]
+    if not log_rd.numel():
+        return {}
+    return {"train/ref_behavior_logratio_absmax": log_rd.max().item(), "train/ref_behavior_logratio_absmean": log_rd.mean().item()}
