@@ -23,7 +23,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
     trainer: L.Trainer = instantiate(cfg.trainer, _convert_="all")
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
     return {key: float(value) for key, value in trainer.callback_metrics.items()}
 
 

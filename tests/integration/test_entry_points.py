@@ -55,3 +55,17 @@ def test_hydra_multirun_over_two_losses(tmp_path):
     csv_paths = sorted(tmp_path.glob("*/metrics.csv"))
     assert len(csv_paths) == 2
     assert all(len(read_rows(path)) == 2 for path in csv_paths)
+
+
+def test_resume_labels_rollouts_with_the_restored_version(tmp_path):
+    first, second = tmp_path / "first", tmp_path / "second"
+    run_hydra(["trainer.max_steps=3", f"hydra.run.dir={first}", *SMALL_RUN])
+    (checkpoint,) = (first / "checkpoints").glob("*.ckpt")
+    # Quoted: the checkpoint's file name contains '='.
+    run_hydra(["trainer.max_steps=5", f"ckpt_path='{checkpoint}'", f"hydra.run.dir={second}", *SMALL_RUN])
+    rows = read_rows(second / "metrics.csv")
+    assert [row["step"] for row in rows] == [3, 4]
+    # The engine starts from the restored weights labelled version 3, never version 0: the first
+    # resumed batch is on-policy (gap 0) and pi_theta / mu is 1 up to noise.
+    assert rows[0]["train/version_gap_max"] == 0
+    assert abs(rows[0]["train/ratio_max"] - 1) < 1e-3 and abs(rows[0]["train/ratio_min"] - 1) < 1e-3
