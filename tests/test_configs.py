@@ -63,3 +63,11 @@ def test_snapshot_budget_too_small_for_the_staleness_cap_fails_naming_the_key(tm
     cfg = compose_train(["experiment=snapshot", "rollout.max_version_gap=3", "reference.kwargs.max_resident=2", f"hydra.run.dir={tmp_path}"])
     with pytest.raises(Exception, match="max_resident"):
         instantiate(cfg.module, _convert_="all")
+
+
+def test_sweeps_name_existing_experiments_and_keys(tmp_path):
+    table1 = compose_train(["+sweep=table1", f"hydra.run.dir={tmp_path}"])
+    assert set(table1.hydra.sweeper.params.experiment.split(",")) <= set(EXPERIMENTS)
+    decay = compose_train(["experiment=ppo_ewma", "+sweep=ewma_decay", f"hydra.run.dir={tmp_path}"])
+    assert decay.hydra.sweeper.params["reference.kwargs.beta"] == "0.9,0.75,0.5"
+    assert "beta" in decay.reference.kwargs and "patience" in decay.reference.kwargs
