@@ -192,11 +192,10 @@ class RolloutDataModule(L.LightningDataModule):
 
     def live_versions(self) -> list[int]:
         """Weight versions that a token not yet trained on may carry (pending or being generated)."""
-        oldest = self.buffer.oldest_pending_version()
-        if self.producer is not None and self.producer.oldest_in_flight_version is not None:
-            oldest = min(oldest, self.producer.oldest_in_flight_version) if oldest is not None else self.producer.oldest_in_flight_version
         newest = max(self.buffer.trainer_version, self.engine.version if self.engine else 0)
-        return list(range(oldest if oldest is not None else newest, newest + 1))
+        in_flight = self.producer.oldest_in_flight_version if self.producer else None
+        candidates = [v for v in (self.buffer.oldest_pending_version(), in_flight) if v is not None]
+        return list(range(min(candidates, default=newest), newest + 1))
 
     def teardown(self, stage: str) -> None:
         if self.producer is not None:
