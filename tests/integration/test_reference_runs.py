@@ -1,30 +1,42 @@
-"""Reference sources in real runs: exact snapshots and PPO-EWMA, through the Hydra entry."""
+"""Reference sources in real runs (exact routes, async recompute, PPO-EWMA), through the Hydra entry."""
 
 import pytest
 
 from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
+#: Staleness needs the engine ahead of the trainer: more groups in flight than one batch.
+STALE_RUN = ["trainer.max_steps=8", *SMALL_RUN, "rollout.max_concurrent_groups=8"]
 
 
-def test_snapshot_reference_gives_exact_old_logprobs_at_every_gap(tmp_path):
-    # Staleness needs the engine ahead of the trainer: more groups in flight than one batch.
-    run_hydra(["experiment=snapshot", "trainer.max_steps=8", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
-    rows = read_rows(tmp_path / "metrics.csv")
+def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
+    """Run an exact route and check what all of them promise; returns the metric rows.
+
+    pi_old of each token's own version equals the fp32 engine's mu: r_d == 1 up to noise, whatever
+    the version gap (an off-by-one version would show gaps of ~1e-2 or more), and every policy token
+    has its pi_old.
+    """
+    run_hydra([f"experiment={experiment}", f"hydra.run.dir={run_dir}", *STALE_RUN])
+    rows = read_rows(run_dir / "metrics.csv")
     assert len(rows) == 8
     assert max(row["train/version_gap_max"] for row in rows) >= 1  # stale tokens were trained on
     for row in rows:
-        # pi_old of each token's own version equals the fp32 engine's mu: r_d == 1 up to noise,
-        # whatever the version gap; an off-by-one version would show gaps of ~1e-2 or more.
+        assert row["train/nonfinite_tokens"] == 0
         assert row["train/ref_behavior_logratio_absmax"] < 1e-4
         assert row["train/train_infer_mask"] == 1.0
+    return rows
+
+
+def test_snapshot_reference_gives_exact_old_logprobs_at_every_gap(tmp_path):
+    rows = run_exact_route("snapshot", tmp_path)
+    for row in rows:
         assert 1 <= row["snapshot/version_shards_per_batch"] <= 4
         assert row["snapshot/resident"] <= 5  # max_version_gap + 1 plus the newest version
     assert any(row["snapshot/historical_shards_per_batch"] >= 1 for row in rows)
 
 
 def test_async_recompute_reference_absorbs_staleness_into_r_d(tmp_path):
-    result = run_hydra(["experiment=decoupled_async", "trainer.max_steps=8", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
+    result = run_hydra(["experiment=decoupled_async", f"hydra.run.dir={tmp_path}", *STALE_RUN])
     assert "r_s == 1 for every token with a version gap > 0" in result.stderr  # the guard warned
     rows = read_rows(tmp_path / "metrics.csv")
     stale = [row for row in rows if row["train/version_gap_max"] >= 1]
@@ -43,23 +55,11 @@ def test_ppo_ewma_run_logs_the_reset_metrics(tmp_path):
 
 
 def test_interrupt_sync_reference_gives_exact_old_logprobs(tmp_path):
-    run_hydra(["experiment=interrupt_sync", "trainer.max_steps=8", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert len(rows) == 8
-    assert max(row["train/version_gap_max"] for row in rows) >= 1
-    for row in rows:
-        assert row["train/nonfinite_tokens"] == 0  # every policy token had its pi_old
-        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
-        assert row["interrupt/stall_s"] > 0
+    rows = run_exact_route("interrupt_sync", tmp_path)
+    assert all(row["interrupt/stall_s"] > 0 for row in rows)
     assert sum(row["interrupt/scored_tokens"] for row in rows) > 0
 
 
 def test_dedicated_old_logit_model_gives_exact_old_logprobs(tmp_path):
-    run_hydra(["experiment=dedicated", "trainer.max_steps=8", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert len(rows) == 8
-    assert max(row["train/version_gap_max"] for row in rows) >= 1
-    for row in rows:
-        assert row["train/nonfinite_tokens"] == 0  # every policy token arrived with its pi_old
-        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
+    rows = run_exact_route("dedicated", tmp_path)
     assert rows[-1]["dedicated/scored_tokens"] >= rows[-1]["rollout/trained"]  # at least one token per episode
