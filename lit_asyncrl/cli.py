@@ -1,4 +1,8 @@
-"""Lightning CLI entry: `lit-asyncrl fit --config conf/cli/default.yaml`, plus `lit-asyncrl bounds`."""
+"""Lightning CLI entry: `lit-asyncrl fit --config conf/cli/default.yaml`, plus `lit-asyncrl bounds`.
+
+`model.loss` and `model.reference` are typed (`class_path` + `init_args`, checked by jsonargparse);
+`warm_start` is the supervised phase that runs before the fit (skipped with `--ckpt_path`).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,27 @@ import sys
 from lightning.pytorch.cli import LightningCLI
 
 from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.lifecycle import sigterm_raises
 from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.warm_start import WarmStart, load_tokenizer
 
 
 class AsyncRLCLI(LightningCLI):
-    """The module and the engine must serve the same model: `model.model_path` feeds `data.model_path`."""
+    """The module and the engine serve the same model: `model.model_path` feeds `data.model_path`.
+
+    The snapshot reference's window follows `data.max_version_gap` unless its `max_staleness` is set.
+    """
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.model_path", "data.model_path")
+        parser.add_class_arguments(WarmStart, "warm_start")
+
+    def before_fit(self) -> None:
+        if self.config[self.subcommand].get("ckpt_path") is not None:
+            return  # a resumed run already has its warmed-up weights
+        warm_start = self.config_init[self.subcommand]["warm_start"]
+        datamodule = self.datamodule
+        warm_start.run(self.model.policy, datamodule.env, load_tokenizer(datamodule.model_path), log_dir=self.trainer.log_dir, accelerator=self.trainer.accelerator)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,7 +40,10 @@ def main(argv: list[str] | None = None) -> None:
         from lit_asyncrl.losses.bounds_table import main as bounds_main
 
         raise SystemExit(bounds_main(argv[1:]))
-    AsyncRLCLI(AsyncRLModule, RolloutDataModule, args=argv, save_config_kwargs={"overwrite": True})
+    # Lightning closes the rollout service on teardown and on any exception (the datamodule's
+    # on_exception); SIGTERM is turned into such an exception.
+    with sigterm_raises():
+        AsyncRLCLI(AsyncRLModule, RolloutDataModule, args=argv, save_config_kwargs={"overwrite": True})
 
 
 if __name__ == "__main__":

@@ -5,20 +5,24 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Iterator
-from typing import Any
 
 import lightning as L
 import torch
 
-from lit_asyncrl.losses import LossInputs, get_loss
+from torchmetrics import MeanMetric
+
+from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.reference import build_reference
+from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
-from lit_asyncrl.warm_start import supervised_warm_start
 
 
 class AsyncRLModule(L.LightningModule):
     """Policy-gradient training on version-tagged rollouts.
+
+    Trains on any DataModule that yields the batch schema of `lit_asyncrl.rollout.service`; the
+    callbacks that tie it to a rollout service (weight push, rollout statistics, the reference's
+    own) come from `configure_callbacks`.
 
     `training_step` pulls its own batch (`dataloader_iter`): Lightning's default prefetch would take
     batch s+1 from the buffer before step s updates the weights, adding a version of staleness
@@ -26,38 +30,31 @@ class AsyncRLModule(L.LightningModule):
 
     Args:
         model_path: local Hugging Face model folder; None = the built-in tiny policy.
-        loss: a registered loss strategy name (`lit_asyncrl.losses.available_losses()`).
-        loss_kwargs: its keyword arguments (bounds as (low, high) ratios, aggregation, ...).
-        reference: where pi_ref comes from: "none", "async_recompute", "snapshot", "ewma".
-        reference_kwargs: its keyword arguments (e.g. the snapshot budget, the EWMA decay).
+        loss: a loss strategy (`lit_asyncrl.losses`); None = `PPOClipTrainInfer()`.
+        reference: where pi_ref comes from (`lit_asyncrl.reference`); None = `NoReference()`.
         lr, weight_decay: AdamW.
         entropy_coef: weight of an entropy bonus on policy tokens (guards against collapse).
-        warm_start_steps, warm_start_lr: supervised steps on the environment's scripted
-            demonstrations before RL (0 = none); skipped when resuming.
     """
 
     def __init__(
         self,
         model_path: str | None = None,
-        loss: str = "ppo_clip_train_infer",
-        loss_kwargs: dict[str, Any] | None = None,
-        reference: str = "none",
-        reference_kwargs: dict[str, Any] | None = None,
+        loss: LossStrategy | None = None,
+        reference: ReferenceSource | None = None,
         lr: float = 3e-4,
         weight_decay: float = 0.0,
         entropy_coef: float = 0.0,
-        warm_start_steps: int = 0,
-        warm_start_lr: float = 1e-3,
     ) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        # Build the loss and the reference first: a bad name or bound fails before anything loads.
-        self.loss_fn = get_loss(loss, **(loss_kwargs or {}))
-        self.reference = build_reference(reference, **(reference_kwargs or {}))
+        self.save_hyperparameters(ignore=["loss", "reference"])
+        self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
+        self.reference = reference if reference is not None else NoReference()
+        _check_loss_and_reference(self.loss_fn, self.reference)
         from transformers import AutoModelForCausalLM
 
         self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
         self.policy.train()  # from_pretrained returns eval mode
+        self.task_success = MeanMetric()
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
 
@@ -65,18 +62,10 @@ class AsyncRLModule(L.LightningModule):
         return torch.optim.AdamW(self.policy.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
     def configure_callbacks(self) -> list[L.Callback]:
-        from lit_asyncrl.rollout.weight_sync import EngineWeightSync
+        from lit_asyncrl.trainer_callbacks import EngineWeightSync, RolloutStatsLogger
 
-        return [EngineWeightSync(), *self.reference.callbacks()]
-
-    def on_fit_start(self) -> None:
-        datamodule = self.trainer.datamodule
-        if self.hparams.warm_start_steps > 0 and self.trainer.global_step == 0:
-            losses = supervised_warm_start(
-                self.policy, datamodule.env, datamodule.tokenizer,
-                steps=self.hparams.warm_start_steps, lr=self.hparams.warm_start_lr, seed=datamodule.seed,
-            )
-            self.print(f"warm start: {len(losses)} supervised steps, NLL {losses[0]:.3f} -> {losses[-1]:.3f}")
+        # Order matters: weights are published before the reference's callbacks act on a step's end.
+        return [EngineWeightSync(), RolloutStatsLogger(), *self.reference.callbacks()]
 
     def training_step(self, dataloader_iter: Iterator) -> torch.Tensor:
         # Wall time from the previous step's start: includes waiting for rollouts, the reference
@@ -90,7 +79,7 @@ class AsyncRLModule(L.LightningModule):
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
         logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logprobs = logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
-        ref_logprobs = self.reference.ref_logprobs(self, batch, logprobs.detach())
+        ref_logprobs = self.reference.ref_logprobs(batch, logprobs.detach(), self.global_step)
         out = self.loss_fn(
             LossInputs(
                 logprobs=logprobs,
@@ -104,16 +93,16 @@ class AsyncRLModule(L.LightningModule):
         entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
         loss = out.loss - self.hparams.entropy_coef * entropy
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
-        self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs)
-        if step_s is not None:
-            self.log("train/step_s", step_s, batch_size=1)
+        self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs, step_s)
         return loss
 
-    def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor, ref_logprobs: torch.Tensor | None) -> None:
+    def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor, ref_logprobs: torch.Tensor | None, step_s: float | None) -> None:
         size = batch["input_ids"].shape[0]
         gaps = version_gap[batch["loss_mask"]].float()
+        # A torchmetrics mean: averaged over ranks under DDP, weighted by episodes.
+        self.task_success(batch["success"])
+        self.log("train/task_success", self.task_success, on_step=True, on_epoch=False, batch_size=size)
         metrics = {
-            "train/task_success": batch["success"].mean().item(),
             "train/reward": batch["rewards"].mean().item(),
             "train/loss": loss.item(),
             "train/entropy": entropy.item(),
@@ -121,13 +110,15 @@ class AsyncRLModule(L.LightningModule):
             "train/version_gap_max": gaps.max().item() if gaps.numel() else 0.0,
             "train/policy_tokens": float(gaps.numel()),
         }
+        if step_s is not None:
+            metrics["train/step_s"] = step_s
         metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"]))
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
-        # Rollout-side statistics ride in the batch under their own prefixes (rollout/, dedicated/).
-        metrics.update({key: float(value) for key, value in batch.items() if "/" in key and isinstance(value, float)})
         self.log_dict(metrics, batch_size=size)
-        progress = {"success": metrics["train/task_success"], "gap": metrics["train/version_gap_max"], "queue": metrics["rollout/queue_depth"]}
+        progress = {"success": batch["success"].mean().item(), "gap": metrics["train/version_gap_max"]}
+        if step_s is not None:
+            progress["step_s"] = step_s
         self.log_dict(progress, prog_bar=True, logger=False, batch_size=size)
 
     def _warn_if_reference_is_silently_current(self, ref_logprobs, logprobs, version_gap, loss_mask) -> None:
@@ -138,12 +129,25 @@ class AsyncRLModule(L.LightningModule):
         if stale.any() and torch.equal(ref_logprobs[stale], logprobs.detach()[stale]):
             self._warned_silent_reference = True
             warnings.warn(
-                f"model.reference={self.hparams.reference!r} gives the current weights' log-probs for stale tokens "
+                f"the reference {type(self.reference).__name__} gives the current weights' log-probs for stale tokens "
                 "(r_s == 1 for every token with a version gap > 0): the PPO clip is a no-op and r_d absorbs the "
                 "staleness. Use reference=snapshot, dedicated or interrupt_sync for exact pi_old, or ewma for a "
                 "cheap proxy.",
                 stacklevel=2,
             )
+
+
+def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) -> None:
+    """Refuse a loss that needs pi_ref without a reference source, before anything loads."""
+    if not isinstance(loss, LossStrategy):
+        raise TypeError(f"model.loss must be a lit_asyncrl.losses.LossStrategy, got {type(loss).__name__}")
+    if not isinstance(reference, ReferenceSource):
+        raise TypeError(f"model.reference must be a lit_asyncrl.reference.ReferenceSource, got {type(reference).__name__}")
+    if loss.reference_use == "required" and isinstance(reference, NoReference):
+        raise ValueError(
+            f"model.loss={loss.name or type(loss).__name__} needs a reference source (pi_ref) but model.reference is "
+            "none; choose reference=snapshot, dedicated, interrupt_sync (exact), ewma or async_recompute (proxies)"
+        )
 
 
 def _reference_gap_metrics(ref_logprobs: torch.Tensor | None, behavior_logprobs: torch.Tensor, loss_mask: torch.Tensor) -> dict[str, float]:

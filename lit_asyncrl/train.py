@@ -6,28 +6,41 @@ argument names. Each run logs `metrics.csv` and `training_curves.png` into its H
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hydra
 from omegaconf import DictConfig
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+from lit_asyncrl.config_dir import config_dir
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
-    """Build the module, the datamodule and the trainer from `cfg` and fit; returns final metrics."""
+    """Build the module, the datamodule and the trainer from `cfg` and fit; returns final metrics.
+
+    Everything is built (and every config value checked) before any engine starts. Whatever the
+    way out (success, exception, Ctrl-C, SIGTERM), the rollout service is closed before this returns.
+    """
     import lightning as L
     from hydra.utils import instantiate
+
+    from lit_asyncrl.lifecycle import sigterm_raises
+    from lit_asyncrl.warm_start import load_tokenizer
 
     L.seed_everything(cfg.seed, workers=True)
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
+    warm_start = instantiate(cfg.warm_start, _convert_="all")
     trainer: L.Trainer = instantiate(cfg.trainer, _convert_="all")
-    trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.get("ckpt_path"))
+    ckpt_path = cfg.get("ckpt_path")
+    with sigterm_raises():
+        try:
+            if ckpt_path is None:  # a resumed run already has its warmed-up weights
+                warm_start.run(module.policy, datamodule.env, load_tokenizer(datamodule.model_path), log_dir=trainer.log_dir, accelerator=trainer.accelerator)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        finally:
+            datamodule.rollouts.close()
     return {key: float(value) for key, value in trainer.callback_metrics.items()}
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
 def main(cfg: DictConfig) -> float:
     metrics = run(cfg)
     # Returned for Hydra sweepers that optimise an objective.

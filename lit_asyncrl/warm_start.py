@@ -1,21 +1,28 @@
-"""A short supervised warm start on scripted demonstrations, before RL begins.
+"""A short supervised warm start on scripted demonstrations: its own Lightning fit, before RL.
 
-Tiny random policies first have to discover the answer format; a few supervised steps on scripted
-plays (the environment's `demonstration`) skip that phase (shared/notes/task-learnability.md).
+Tiny random policies first have to discover the answer format; a few supervised steps on the
+environment's scripted plays (`Environment.demonstration`) skip that phase. The warm start is a
+separate `Trainer.fit` (Lightning's optimizer handling, precision, logging and progress bar) on the
+policy object the RL module trains, so the RL fit starts from the warmed-up weights at version 0
+and its callbacks (weight push, EWMA, snapshots) never see the supervised steps.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from typing import Any
 
+import lightning as L
 import torch
+from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
 
 
-def demonstration_trajectories(env: Environment, tokenizer, num_episodes: int, rng: random.Random) -> list[Trajectory]:
+def demonstration_trajectories(env: Environment, tokenizer: Any, num_episodes: int, rng: random.Random) -> list[Trajectory]:
     """Scripted plays as trajectories: demonstrated agent turns are the policy tokens."""
     trajectories = []
     for _ in range(num_episodes):
@@ -30,28 +37,82 @@ def demonstration_trajectories(env: Environment, tokenizer, num_episodes: int, r
     return trajectories
 
 
-def supervised_warm_start(
-    policy: torch.nn.Module,
-    env: Environment,
-    tokenizer,
-    *,
-    steps: int,
-    lr: float,
-    batch_size: int = 64,
-    seed: int = 0,
-) -> list[float]:
-    """Minimise the NLL of demonstrated agent tokens for `steps` Adam steps; returns the losses."""
-    rng = random.Random(seed)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
-    device = next(policy.parameters()).device
-    losses = []
-    for _ in range(steps):
-        batch = collate(demonstration_trajectories(env, tokenizer, batch_size, rng), pad_id=tokenizer.pad_token_id)
-        mask = batch["loss_mask"].to(device)
-        logprobs = token_logprobs(policy, batch["input_ids"].to(device), batch["attention_mask"].to(device), temperature=1.0)
+class DemonstrationStream(IterableDataset):
+    """Endless collated batches of scripted plays, drawn from `seed`."""
+
+    def __init__(self, env: Environment, tokenizer: Any, batch_size: int, seed: int) -> None:
+        self.env, self.tokenizer, self.batch_size, self.seed = env, tokenizer, batch_size, seed
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        rng = random.Random(self.seed)
+        while True:
+            yield collate(demonstration_trajectories(self.env, self.tokenizer, self.batch_size, rng), pad_id=self.tokenizer.pad_token_id)
+
+
+class SupervisedWarmStart(L.LightningModule):
+    """Minimises the NLL of demonstrated agent tokens with Adam; trains `policy` in place."""
+
+    def __init__(self, policy: torch.nn.Module, lr: float) -> None:
+        super().__init__()
+        self.policy, self.lr = policy, lr
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.policy.parameters(), lr=self.lr)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        mask = batch["loss_mask"]
+        logprobs = token_logprobs(self.policy, batch["input_ids"], batch["attention_mask"], temperature=1.0)
         loss = -(logprobs * mask).sum() / mask.sum()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+        self.log("warm_start/nll", loss, prog_bar=True, batch_size=mask.shape[0])
+        return loss
+
+
+class WarmStart:
+    """The warm-start phase as config: `steps` supervised steps (0 = none) at `lr`.
+
+    Args:
+        steps: optimizer steps; 0 skips the phase.
+        lr: Adam learning rate.
+        batch_size: demonstrations per step.
+        seed: demonstrations are drawn from this seed.
+    """
+
+    def __init__(self, steps: int = 0, lr: float = 1e-3, batch_size: int = 64, seed: int = 0) -> None:
+        if steps < 0:
+            raise ValueError(f"warm_start.steps must be >= 0, got {steps}")
+        if lr <= 0:
+            raise ValueError(f"warm_start.lr must be > 0, got {lr}")
+        if batch_size < 1:
+            raise ValueError(f"warm_start.batch_size must be >= 1, got {batch_size}")
+        self.steps, self.lr, self.batch_size, self.seed = steps, lr, batch_size, seed
+
+    def run(self, policy: torch.nn.Module, env: Environment, tokenizer: Any, *, log_dir: str | None = None, **trainer_kwargs: Any) -> float | None:
+        """Fit `policy` on `env`'s demonstrations; returns the last NLL (None when skipped).
+
+        `log_dir`: where the phase's `metrics.csv` goes (None = no logger). `trainer_kwargs` pass
+        through to its `Trainer` (accelerator, devices, precision).
+        """
+        if self.steps == 0:
+            return None
+        logger = L.pytorch.loggers.CSVLogger(log_dir, name="warm_start", version="") if log_dir is not None else False
+        trainer = L.Trainer(
+            max_steps=self.steps,
+            max_epochs=-1,
+            logger=logger,
+            log_every_n_steps=1,
+            enable_checkpointing=False,
+            enable_model_summary=False,
+            **trainer_kwargs,
+        )
+        loader = DataLoader(DemonstrationStream(env, tokenizer, self.batch_size, self.seed), batch_size=None, num_workers=0)
+        was_training = policy.training
+        trainer.fit(SupervisedWarmStart(policy, self.lr), train_dataloaders=loader)
+        policy.train(was_training)
+        return float(trainer.callback_metrics["warm_start/nll"])
+
+
+def load_tokenizer(model_path: str) -> Any:
+    """The tokenizer of a local Hugging Face model folder (the one the engine serves)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)

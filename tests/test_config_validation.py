@@ -1,5 +1,6 @@
 """Bad configuration fails before any engine starts, with a message naming the key to fix."""
 
+import re
 import subprocess
 import sys
 import time
@@ -7,6 +8,7 @@ import time
 import pytest
 
 from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.losses import DecoupledPPO
 from lit_asyncrl.module import AsyncRLModule
 
 
@@ -30,14 +32,24 @@ def test_datamodule_rejects_bad_config_before_the_engine(kwargs, key):
     ("kwargs", "fragment"),
     [
         ({"model_path": "/nonexistent/model"}, "model.path"),
-        ({"loss": "no_such_loss"}, "decoupled_ppo"),  # the message lists the available names
-        ({"reference": "no_such_reference"}, "model.reference"),
-        ({"loss": "decoupled_ppo", "loss_kwargs": {"clip_bounds": (1.2, 0.8)}}, "clip_bounds"),
+        ({"loss": "decoupled_ppo"}, "model.loss must be a lit_asyncrl.losses.LossStrategy"),  # a name is not an object
+        ({"reference": "snapshot"}, "model.reference must be a lit_asyncrl.reference.ReferenceSource"),
+        ({"loss": DecoupledPPO()}, "model.reference"),  # needs pi_ref, none configured
     ],
 )
 def test_module_rejects_bad_config(kwargs, fragment):
-    with pytest.raises(ValueError, match=fragment):
+    with pytest.raises((ValueError, TypeError), match=re.escape(fragment)):
         AsyncRLModule(**kwargs)
+
+
+def test_inverted_bounds_name_the_argument():
+    with pytest.raises(ValueError, match="clip_bounds"):
+        DecoupledPPO(clip_bounds=(1.2, 0.8))
+
+
+def test_bad_engine_log_level_names_the_key():
+    with pytest.raises(ValueError, match=r"data\.engine_log_level"):
+        RolloutDataModule(engine_log_level="LOUD")
 
 
 def test_hydra_entry_fails_fast_on_a_missing_model_path(tmp_path):

@@ -50,7 +50,8 @@ class SnapshotRetention(Callback):
     no queued token refers to them (:meth:`release_unreferenced`).
 
     Args:
-        max_staleness: Largest version gap a trained token may have (the buffer's staleness cap).
+        max_staleness: Largest version gap a trained token may have (the buffer's staleness cap);
+            None = set later with :meth:`set_max_staleness`, before training starts.
         module_attr: Dotted attribute of the LightningModule holding the scored module (e.g.
             ``"policy"``); ``None`` snapshots the whole LightningModule.
         max_resident: Most snapshots kept at once; must be ``>= max_staleness + 1``.
@@ -83,7 +84,7 @@ class SnapshotRetention(Callback):
 
     def __init__(
         self,
-        max_staleness: int,
+        max_staleness: int | None,
         module_attr: str | None = None,
         max_resident: int | None = None,
         max_bytes: int | None = None,
@@ -107,6 +108,14 @@ class SnapshotRetention(Callback):
     @override
     def state_key(self) -> str:
         return self._generate_state_key(module_attr=self.module_attr, max_staleness=self.store.max_staleness)
+
+    def set_max_staleness(self, max_staleness: int) -> None:
+        """Set the window when it comes from elsewhere (``max_staleness=None`` at construction).
+
+        Call before training starts (e.g. in another callback's ``setup``), once the rollout side's
+        staleness cap is known.
+        """
+        self.store.set_max_staleness(max_staleness)
 
     @property
     def versions(self) -> tuple[int, ...]:

@@ -42,20 +42,28 @@ class SnapshotStore:
 
     def __init__(
         self,
-        max_staleness: int,
+        max_staleness: int | None,
         max_resident: int | None = None,
         max_bytes: int | None = None,
         storage_dtype: torch.dtype | str | None = None,
         pin_memory: bool = True,
     ) -> None:
         storage_dtype = as_dtype(storage_dtype)
-        _check_budget_arguments(max_staleness, max_resident, max_bytes, storage_dtype)
+        if max_staleness is not None:  # None: set later with `set_max_staleness`, before the first save
+            _check_budget_arguments(max_staleness, max_resident, max_bytes, storage_dtype)
         self.max_staleness = max_staleness
         self.max_resident = max_resident
         self.max_bytes = max_bytes
         self.storage_dtype = storage_dtype
         self.pin_memory = pin_memory
         self._snapshots: dict[int, dict[str, Tensor]] = {}
+
+    def set_max_staleness(self, max_staleness: int) -> None:
+        """Set the staleness window (e.g. from the rollout side's cap) before any snapshot is saved."""
+        if self._snapshots:
+            raise RuntimeError("max_staleness can only be set while no snapshot is resident")
+        _check_budget_arguments(max_staleness, self.max_resident, self.max_bytes, self.storage_dtype)
+        self.max_staleness = max_staleness
 
     @property
     def versions(self) -> tuple[int, ...]:
@@ -109,6 +117,8 @@ class SnapshotStore:
             ValueError: ``max_bytes`` cannot hold ``max_staleness + 1`` snapshots of this module.
             SnapshotBudgetError: The budget is full of versions that are still allowed.
         """
+        if self.max_staleness is None:
+            raise RuntimeError("set max_staleness (set_max_staleness) before saving a snapshot")
         self._snapshots.pop(version, None)
         self.drop_stale(max(version, self.latest_version if self.latest_version is not None else version))
         nbytes = self.snapshot_nbytes(module)

@@ -5,43 +5,51 @@ from __future__ import annotations
 import lightning as L
 import torch
 from asyncrl_callbacks import InterruptionSync
+from typing_extensions import override
+
+from lit_asyncrl.reference.base import ReferenceSource
+from lit_asyncrl.trainer_callbacks.find import rollouts_of
 
 
-class InterruptSyncReference:
+class InterruptSyncReference(ReferenceSource):
     """pi_old scored before each version disappears (`asyncrl_callbacks.InterruptionSync`).
 
-    Needs `data.weight_sync_every=1`: the engine's version must be the trainer's weights at every
-    optimizer step, or tokens of a version would be sampled after its weights are gone.
-    A token that could not be scored under its own version carries NaN, which the loss masks
-    and counts (`train/nonfinite_tokens`).
+    Needs `data.weight_sync_every=1` (checked when the fit starts): the engine's version must be
+    the trainer's weights at every optimizer step, or tokens of a version would be sampled after
+    its weights are gone. A token that could not be scored under its own version carries NaN,
+    which the loss masks and counts (`train/nonfinite_tokens`).
     """
 
     exact = True
 
-    def __init__(self) -> None:  # noqa: D107
-        self.interruption = InterruptionSync()
+    def __init__(self) -> None:
+        self._interruption = InterruptionSync(module_attr="policy")
+        self._check = _RequireSyncEveryStep(self._interruption)
 
     def callbacks(self) -> list[L.Callback]:
-        return [self.interruption]
+        return [self._check, self._interruption]
 
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
-        if module.trainer.datamodule.weight_sync_every != 1:
-            raise ValueError("model.reference='interrupt_sync' needs data.weight_sync_every=1")
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         # Tokens of the version being trained were sampled after the last interruption; their
         # version's weights are the live ones, so pi_old is exactly the current log-prob.
         old_logprobs = batch["old_logprobs"]
-        of_current_version = batch["versions"] == module.global_step
+        of_current_version = batch["versions"] == version
         return torch.where(torch.isnan(old_logprobs) & of_current_version, current_logprobs.detach(), old_logprobs)
 
 
-class _RequestDedicatedWorker(L.Callback):
-    """Asks the rollout side for the dedicated old-logit worker before rollouts start."""
+class _RequireSyncEveryStep(L.Callback):
+    def __init__(self, interruption: InterruptionSync) -> None:
+        self.interruption = interruption
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        trainer.datamodule.use_dedicated_old_logit_model()
+        rollouts = rollouts_of(trainer, "reference=interrupt_sync")
+        if rollouts.weight_sync_every != 1:
+            raise ValueError(f"reference=interrupt_sync needs data.weight_sync_every=1, got {rollouts.weight_sync_every}")
+        self.interruption.rollouts = rollouts
 
 
-class DedicatedReference:
+class DedicatedReference(ReferenceSource):
     """pi_old from a dedicated old-logit model: a worker process that holds the engine's version.
 
     It scores finished groups before they enter the buffer and, at each weight push, the partial
@@ -54,5 +62,13 @@ class DedicatedReference:
     def callbacks(self) -> list[L.Callback]:
         return [_RequestDedicatedWorker()]
 
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         return batch["old_logprobs"]
+
+
+class _RequestDedicatedWorker(L.Callback):
+    """Asks the rollout service for the dedicated old-logit worker before rollouts start."""
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        rollouts_of(trainer, "reference=dedicated").use_old_logit_worker()

@@ -1,25 +1,39 @@
-"""The reference-source protocol."""
+"""The reference-source base class: where the decoupled loss gets pi_ref."""
 
 from __future__ import annotations
 
-from typing import Protocol
+import abc
+from typing import ClassVar
 
 import lightning as L
 import torch
 
 
-class ReferenceSource(Protocol):
+class ReferenceSource(abc.ABC):
     """Gives pi_ref log-probs [B, T] for a batch, or None (the loss then anchors on mu).
 
-    A source that keeps state across steps (snapshots, an EWMA) does it in a Lightning callback,
-    which `callbacks()` hands to the module's `configure_callbacks`.
+    A base class rather than a Protocol so that the Lightning CLI takes any subclass as
+    `class_path` + `init_args` (and Hydra as `_target_`). A source that keeps state across steps
+    (snapshots, an EWMA) or needs the rollout service does it in Lightning callbacks, which
+    `callbacks()` hands to the module's `configure_callbacks`.
     """
 
     #: True when pi_ref is the exact training-side log-prob of each token's own version.
-    exact: bool
+    exact: ClassVar[bool] = False
 
-    def callbacks(self) -> list[L.Callback]: ...
+    def callbacks(self) -> list[L.Callback]:
+        return []
 
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor | None:
-        """`current_logprobs` [B, T] are pi_theta's (detached); sources may reuse them."""
-        ...
+    @abc.abstractmethod
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor | None:
+        """pi_ref for `batch` [B, T].
+
+        Args:
+            batch: the training batch (schema in `lit_asyncrl.rollout.service`).
+            current_logprobs: [B, T] pi_theta's log-probs, detached; sources may reuse them.
+            version: the trainer's weight version (optimizer steps taken).
+        """
+
+    def __repr__(self) -> str:
+        arguments = ", ".join(f"{key}={value!r}" for key, value in vars(self).items() if not key.startswith("_"))
+        return f"{type(self).__name__}({arguments})"

@@ -8,11 +8,15 @@ import lightning as L
 import torch
 from asyncrl_callbacks import EWMAReference
 
+from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs
 
 
-class EWMAReferenceSource:
+class EWMAReferenceSource(ReferenceSource):
     """pi_prox from theta_prox = sum_k beta^(t-k) theta_k / sum_k beta^(t-k), with auto-reset.
+
+    The average starts from the weights the RL fit starts with (after any warm start, which runs
+    as its own phase before the fit).
 
     Args:
         beta: EWMA decay; None derives it from the staleness window as W / (W + 2).
@@ -21,8 +25,6 @@ class EWMAReferenceSource:
             `train/train_infer_mask` below `tau`; patience None disables the reset.
     """
 
-    exact = False
-
     def __init__(
         self,
         beta: float | None = None,
@@ -30,16 +32,17 @@ class EWMAReferenceSource:
         tau: float = 0.8,
         patience: int | None = 3,
     ) -> None:
-        self.ewma = EWMAReference(
+        self.beta, self.staleness_window, self.tau, self.patience = beta, staleness_window, tau, patience
+        self._ewma = EWMAReference(
             beta=beta, staleness_window=None if beta is not None else staleness_window, module_attr="policy", tau=tau, patience=patience
         )
 
     def callbacks(self) -> list[L.Callback]:
-        return [self.ewma]
+        return [self._ewma]
 
     @torch.no_grad()
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         loss_mask = batch["loss_mask"]
-        self.ewma.observe_version_gaps((module.global_step - batch["versions"])[loss_mask])
-        logits = self.ewma.reference_forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        self._ewma.observe_version_gaps((version - batch["versions"])[loss_mask])
+        logits = self._ewma.reference_forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         return logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])

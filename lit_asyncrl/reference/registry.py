@@ -1,4 +1,4 @@
-"""Reference sources by config name (`reference=<name>`)."""
+"""Reference sources by short name (the `reference=<name>` config group uses the same names)."""
 
 from __future__ import annotations
 
@@ -31,4 +31,4 @@ def build_reference(name: str, **kwargs: Any) -> ReferenceSource:
     try:
         return _REFERENCES[name](**kwargs)
     except TypeError as error:
-        raise ValueError(f"model.reference_kwargs for {name!r}: {error}") from error
+        raise ValueError(f"model.reference={name!r}: {error}") from error

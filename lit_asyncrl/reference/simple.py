@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import lightning as L
 import torch
 
+from lit_asyncrl.reference.base import ReferenceSource
 
-class NoReference:
+
+class NoReference(ReferenceSource):
     """No training-side reference: losses use mu_old (plain PPO-clip on pi_theta / mu_old)."""
 
-    exact = False
-
-    def callbacks(self) -> list[L.Callback]:
-        return []
-
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> None:
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> None:
         return None
 
 
-class AsyncRecomputeReference:
+class AsyncRecomputeReference(ReferenceSource):
     """pi_async: the trainer's current weights, scored before the update (a proxy for pi_old).
 
     With one optimizer step per batch this is pi_theta detached, so r_s = 1 for every token: the
@@ -27,10 +23,5 @@ class AsyncRecomputeReference:
     just computed for the loss.
     """
 
-    exact = False
-
-    def callbacks(self) -> list[L.Callback]:
-        return []
-
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         return current_logprobs.detach()

@@ -5,37 +5,73 @@ from __future__ import annotations
 import lightning as L
 import torch
 from asyncrl_callbacks import SnapshotRetention
+from typing_extensions import override
 
+from lit_asyncrl.reference.base import ReferenceSource
+from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.scoring import logits_to_token_logprobs
+from lit_asyncrl.trainer_callbacks.find import rollouts_of
 
 
-class SnapshotReference:
+class SnapshotReference(ReferenceSource):
     """Scores every policy token under the weights of the version that sampled it.
 
     Args:
-        max_staleness: the buffer's staleness cap (`data.max_version_gap`): every version a
-            trainable token may carry stays resident.
+        max_staleness: versions kept behind the newest; None = the rollout service's staleness cap
+            (`data.max_version_gap`), so every version a trainable token may carry stays resident.
+            A value below that cap is refused.
         max_resident, max_bytes, storage_dtype: the snapshot budget (see `SnapshotRetention`).
     """
 
     exact = True
 
-    def __init__(self, max_staleness: int = 3, max_resident: int | None = None, max_bytes: int | None = None, storage_dtype: str | None = None) -> None:
-        self.retention = SnapshotRetention(
+    def __init__(self, max_staleness: int | None = None, max_resident: int | None = None, max_bytes: int | None = None, storage_dtype: str | None = None) -> None:
+        self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = max_staleness, max_resident, max_bytes, storage_dtype
+        self._retention = SnapshotRetention(
             max_staleness=max_staleness, module_attr="policy", max_resident=max_resident, max_bytes=max_bytes, storage_dtype=storage_dtype
         )
+        self._binding = _BindRollouts(self)
+        self._rollouts: RolloutService | None = None
+
+    @property
+    def retention(self) -> SnapshotRetention:
+        return self._retention
 
     def callbacks(self) -> list[L.Callback]:
-        return [self.retention]
+        return [self._binding, self._retention]
 
-    def ref_logprobs(self, module: L.LightningModule, batch: dict, current_logprobs: torch.Tensor) -> torch.Tensor:
+    def bind(self, rollouts: RolloutService) -> None:
+        """Follow `rollouts`' staleness cap and ask it which versions are still alive."""
+        cap = rollouts.max_version_gap
+        if self.max_staleness is None:
+            self._retention.set_max_staleness(cap)
+        elif self.max_staleness < cap:
+            raise ValueError(
+                f"reference max_staleness={self.max_staleness} is below data.max_version_gap={cap}: tokens of the "
+                "oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
+            )
+        self._rollouts = rollouts
+
+    def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
 
         def score(forward, rows: torch.Tensor) -> torch.Tensor:
             logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
             return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
 
-        ref_logprobs = self.retention.historical_logprobs(batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
+        ref_logprobs = self._retention.historical_logprobs(batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
         # This batch is consumed: free every version no pending or in-flight token refers to.
-        self.retention.release_unreferenced(module.trainer.datamodule.live_versions())
+        if self._rollouts is not None:
+            self._retention.release_unreferenced(self._rollouts.live_versions())
         return ref_logprobs
+
+
+class _BindRollouts(L.Callback):
+    """Hands the datamodule's rollout service to the snapshot reference before training starts."""
+
+    def __init__(self, reference: SnapshotReference) -> None:
+        self.reference = reference
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self.reference.bind(rollouts_of(trainer, "reference=snapshot"))

@@ -28,7 +28,7 @@ def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads
     """Worker process: load weights when told, score token lists with the current version."""
     from transformers import AutoModelForCausalLM
 
-    from lit_asyncrl.rollout.old_logits import score_requests
+    from lit_asyncrl.rollout.old_logits import model_score_fn, score_requests
 
     torch.set_num_threads(num_threads)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
@@ -44,7 +44,7 @@ def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads
         _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
         start = time.perf_counter()
         requests = [ScoreRequest(None, tokens, positions) for tokens, positions in zip(token_lists, position_lists)]
-        scores = score_requests(model, requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
+        scores = score_requests(model_score_fn(model), requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
         outbox.put((request_id, version, scores, time.perf_counter() - start))
 
 
@@ -71,10 +71,28 @@ class DedicatedOldLogitModel:
         self._reader.start()
 
     def stop(self) -> None:
-        self._inbox.put(("stop",))
-        self._process.join(timeout=30)
+        """Stop the worker process and the reply reader; safe to call twice or after a crash."""
+        process, self._process = getattr(self, "_process", None), None
+        if process is None:
+            return
+        if process.is_alive():
+            self._inbox.put(("stop",))
+            process.join(timeout=10)
+        if process.is_alive():  # stuck in a forward: it holds no state worth saving
+            process.kill()
+            process.join(timeout=5)
         self._outbox.put(None)  # ends the reader
-        self._reader.join(timeout=30)
+        self._reader.join(timeout=10)
+        for channel in (self._inbox, self._outbox):
+            channel.cancel_join_thread()  # never block exit on unread messages
+            channel.close()
+
+    def dead_reason(self) -> str | None:
+        """Why the worker cannot score any more (None while it runs or was never started)."""
+        process = getattr(self, "_process", None)
+        if process is not None and not process.is_alive():
+            return f"the dedicated old-logit worker (pid {process.pid}) exited with code {process.exitcode}"
+        return None
 
     @property
     def queue_depth(self) -> int:

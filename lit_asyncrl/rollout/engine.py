@@ -13,9 +13,12 @@ token is the version that sampled it (a kept stale KV would mix two versions).
 from __future__ import annotations
 
 import asyncio
-import gc
+import concurrent.futures
 import dataclasses
+import gc
+import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -29,9 +32,9 @@ from safetensors.torch import save_file
 
 T = TypeVar("T")
 
-# vLLM logs every pause, reload and resume at INFO; keep the progress bar readable unless the user
-# asked for its logs explicitly.
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+class EngineDeadError(RuntimeError):
+    """The vLLM engine (its loop thread or its engine-core process) is gone."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +47,9 @@ class EngineConfig:
     max_num_seqs: int = 256
     seed: int = 0
     enforce_eager: bool = True
+    #: vLLM's own log level. Every weight push makes vLLM log a reload warning and a loading bar;
+    #: ERROR keeps Lightning's progress bar readable ("INFO" shows everything again).
+    log_level: str = "ERROR"
 
 
 @dataclasses.dataclass
@@ -74,6 +80,9 @@ class VLLMEngine:
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
         """Start the engine thread and wait until the engine serves requests."""
         self.version = initial_version
+        # Read by vLLM at import and by its engine process at spawn, so set before either.
+        os.environ["VLLM_LOGGING_LEVEL"] = self.config.log_level.upper()
+        logging.getLogger("vllm").setLevel(self.config.log_level.upper())
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
         self._thread.start()
         if not self._started.wait(timeout_s):
@@ -85,7 +94,7 @@ class VLLMEngine:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
         try:
-            self._llm = self._loop.run_until_complete(self._create_llm())
+            self._loop.run_until_complete(self._create_llm())
         except BaseException as error:  # reported to the starting thread
             self._startup_error = error
             self._started.set()
@@ -105,37 +114,57 @@ class VLLMEngine:
             max_num_seqs=self.config.max_num_seqs,
             seed=self.config.seed,
             enforce_eager=self.config.enforce_eager,
+            use_tqdm_on_load=False,
             # mu must be the log-prob of the distribution actually sampled (temperature applied).
             logprobs_mode="processed_logprobs",
         )
-        llm = AsyncLLM.from_engine_args(args)
-        await llm.update_weight_version(str(self.version))
-        return llm
+        # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
+        # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
+        self._llm = AsyncLLM.from_engine_args(args)
+        await self._llm.update_weight_version(str(self.version))
 
     def shutdown(self) -> None:
-        """Stop the engine and its thread; safe to call twice."""
-        if self._loop is not None and self._loop.is_running():
-            # Shut the engine down from its own loop, output handler first, so nothing in the loop
-            # is left reading from a dead engine core.
-            asyncio.run_coroutine_threadsafe(self._shutdown_in_loop(), self._loop).result(timeout=60)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
-        # Collect the AsyncLLM now: left to interpreter exit, its __del__ runs against torn-down modules.
-        gc.collect()
-        for file in self._weights_dir.glob("*"):
-            file.unlink(missing_ok=True)
+        """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice."""
+        try:
+            if self._loop is not None and self._loop.is_running():
+                # Shut the engine down from its own loop, output handler first, so nothing in the
+                # loop is left reading from a dead engine core.
+                asyncio.run_coroutine_threadsafe(self._shutdown_in_loop(), self._loop).result(timeout=60)
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+                self._thread = None
+        finally:
+            if self._loop is not None and not self._loop.is_running() and not self._loop.is_closed():
+                self._loop.close()
+            # Collect the AsyncLLM now: left to interpreter exit, its __del__ runs against torn-down modules.
+            gc.collect()
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+
+    def dead_reason(self) -> str | None:
+        """Why the engine cannot serve any more (None while it is healthy)."""
+        if self._thread is None or self._llm is None:
+            return None
+        if not self._thread.is_alive():
+            return "its event-loop thread exited"
+        if self._llm.errored:
+            return "its engine-core process died or its output handler stopped"
+        return None
 
     async def _shutdown_in_loop(self) -> None:
         if self._llm is None:
             return
-        handler = getattr(self._llm, "output_handler", None)
+        llm, self._llm = self._llm, None
+        handler = getattr(llm, "output_handler", None)
         if handler is not None:
             handler.cancel()
             await asyncio.gather(handler, return_exceptions=True)
-        self._llm.shutdown()
-        self._llm = None
+        llm.shutdown()
+        # Tasks still on this loop (cancelled episodes) end here, not in a __del__ at exit.
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -144,8 +173,24 @@ class VLLMEngine:
         return self._loop
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
-        """Run a coroutine on the engine loop from another thread and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
+        """Run a coroutine on the engine loop from another thread and wait for its result.
+
+        Raises `EngineDeadError` within about a second if the engine dies while waiting.
+        """
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            wait_s = 1.0 if deadline is None else min(1.0, max(deadline - time.monotonic(), 0.0))
+            try:
+                return future.result(wait_s)
+            except concurrent.futures.TimeoutError:
+                reason = self.dead_reason()
+                if reason is not None:
+                    future.cancel()
+                    raise EngineDeadError(f"the vLLM engine died: {reason}") from None
+                if deadline is not None and time.monotonic() >= deadline:
+                    future.cancel()
+                    raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
 
     # -- generation (called inside the engine loop) ------------------------------------------
     async def generate(

@@ -8,12 +8,12 @@ engine loop (where trajectories are mutated); scoring runs wherever the scoring 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
 from lit_asyncrl.rollout.records import Trajectory
-from lit_asyncrl.scoring import token_logprobs
+from lit_asyncrl.scoring import logits_to_token_logprobs
 
 
 @dataclasses.dataclass
@@ -37,10 +37,19 @@ def collect_unscored(trajectories: Iterable[Trajectory]) -> list[ScoreRequest]:
 
 @torch.no_grad()
 def score_requests(
-    model: torch.nn.Module, requests: list[ScoreRequest], *, temperature: float, top_k: int, pad_id: int, batch_size: int = 64
+    score_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    requests: list[ScoreRequest],
+    *,
+    temperature: float,
+    top_k: int,
+    pad_id: int,
+    batch_size: int = 64,
 ) -> list[list[float]]:
-    """Trainer-side log-probs of each request's positions (right-padded batches, no gradient)."""
-    device = next(model.parameters()).device
+    """Log-probs of each request's positions under `score_fn` (right-padded batches, no gradient).
+
+    `score_fn(input_ids, attention_mask) -> logits` takes CPU tensors [b, T] (moving them to its
+    own device) and returns [b, T, V] logits of the weights to score with.
+    """
     scores: list[list[float]] = []
     for start in range(0, len(requests), batch_size):
         chunk = requests[start : start + batch_size]
@@ -50,9 +59,20 @@ def score_requests(
         for row, request in enumerate(chunk):
             input_ids[row, : len(request.token_ids)] = torch.tensor(request.token_ids)
             attention_mask[row, : len(request.token_ids)] = 1
-        logprobs = token_logprobs(model, input_ids.to(device), attention_mask.to(device), temperature, top_k).cpu()  # [b, T]
+        logits = score_fn(input_ids, attention_mask)
+        logprobs = logits_to_token_logprobs(logits, input_ids.to(logits.device), temperature, top_k).cpu()  # [b, T]
         scores.extend(logprobs[row, request.positions].tolist() for row, request in enumerate(chunk))
     return scores
+
+
+def model_score_fn(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A `score_fn` running a Hugging Face causal LM on its own device."""
+    device = next(model.parameters()).device
+
+    def score_fn(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)).logits
+
+    return score_fn
 
 
 def attach(requests: list[ScoreRequest], scores: list[list[float]], version: int) -> int:

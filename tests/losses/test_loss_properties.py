@@ -18,11 +18,6 @@ LOGPROB = st.floats(-6.0, -0.01, allow_nan=False)
 # no subnormal advantages: their gradient underflows to 0 without any mask involved
 ADVANTAGE = st.one_of(st.just(0.0), st.floats(0.01, 3.0), st.floats(-3.0, -0.01))
 
-# Strategies whose clip_mask means "the staleness term passes gradient" (CISPO and GPPO keep a
-# gradient on clipped tokens by design and are excluded from the zero-gradient property).
-GRADIENT_STOPPING = [name for name in available_losses() if name not in ("cispo", "gppo")]
-
-
 @st.composite
 def batches(draw, shape=None):
     batch, length = draw(SHAPES) if shape is None else shape
@@ -75,15 +70,171 @@ def test_decoupled_with_reference_equal_to_behaviour_is_ppo_clip(inputs, clip_bo
     assert torch.equal(decoupled.clip_mask, ppo.clip_mask)
 
 
-@pytest.mark.parametrize("name", GRADIENT_STOPPING)
+# ---- independent oracle for the masks --------------------------------------------------------------
+# The expected masks are computed here from the raw inputs and the bounds, never from a LossOutput.
+# Conventions (docs/losses.md "Notation and conventions", lit_asyncrl/losses/ratios.py):
+#   r = pi_theta / mu_old = exp(logp - behaviour), r_d = pi_ref / mu_old = exp(ref - behaviour),
+#   r_s = pi_theta / pi_ref = exp(logp - ref).
+#   PPO clip by advantage sign, bounds INCLUSIVE: A >= 0 (A = 0 counts as positive) is inside iff
+#   r_s <= high (clipped iff r_s > high); A < 0 is inside iff r_s >= low (clipped iff r_s < low).
+#   Symmetric train-infer mask M_[low, high], INCLUSIVE on both ends: kept iff low <= r_d <= high.
+#   Both reported masks are False on non-policy tokens (loss_mask False); all drawn inputs are finite.
+# The drawn bounds stay away from 1.0, where r = exp(0) = 1 exactly would make an inclusive/exclusive
+# tie depend on the last bit of the interpolation arithmetic; test_bounds_are_inclusive checks ties.
+ORACLE_BOUNDS = st.tuples(st.floats(0.5, 0.99), st.floats(1.01, 2.0))
+DUAL_CLIP_BOUND = 1.5  # r = pi/pi_ref reaches exp(1.1) = 3.0 in batches(), so the floor is crossed often
+OPTIONAL_REFERENCE = {"ppo_clip", "dual_clip", "gspo", "cispo", "gppo", "m2po"}  # fall back to mu_old
+
+
+def inside_trust_region(ratio, advantages, bounds):
+    low, high = bounds
+    return torch.where(advantages >= 0, ratio <= high, ratio >= low)
+
+
+def inside_window(value, bounds):
+    low, high = bounds
+    return (value >= low) & (value <= high)
+
+
+def row_mean(values, valid):
+    """Mean over each row's policy tokens, ``[B, 1]`` (0 for a row without any: its masks are False)."""
+    return torch.where(valid, values, 0.0).sum(-1, keepdim=True) / valid.sum(-1, keepdim=True).clamp(min=1)
+
+
+def oracle(name, inputs, clip_bounds, discrepancy_bounds):
+    """``(discrepancy_mask, clip_mask, passing)`` from the inputs alone; ``passing``: the tokens whose
+    gradient must be non-zero when ``A != 0`` (every other token must get exactly 0)."""
+    logp = inputs.logprobs.detach()
+    behaviour, advantages, valid = inputs.behavior_logprobs, inputs.advantages, inputs.loss_mask
+    ref = inputs.ref_logprobs
+    anchor = behaviour if ref is None else ref  # pi_ref, or mu_old where the reference is optional
+    r = torch.exp(logp - behaviour)
+    kept = valid  # no r_d mask: every policy token kept
+
+    if name in ("ppo_clip", "gppo", "gspo", "cispo", "dual_clip"):
+        ratio = torch.exp(logp - anchor)
+        if name == "gspo":  # one ratio per sequence: the geometric mean of the token ratios
+            ratio = torch.exp(row_mean(logp - anchor, valid)).expand_as(logp)
+        inside = inside_trust_region(ratio, advantages, clip_bounds)
+        if name == "cispo":  # "not clipped" is symmetric for CISPO: the weight clip(r) equals r
+            inside = inside_window(ratio, clip_bounds)
+        if name == "dual_clip":  # A < 0 is also floored above c: passes only while low <= r <= c
+            inside = inside & ((advantages >= 0) | (ratio <= DUAL_CLIP_BOUND))
+    elif name == "ppo_clip_train_infer":  # the whole r goes through the clip; pi_ref is ignored
+        inside = inside_trust_region(r, advantages, clip_bounds)
+    elif name in ("decoupled_ppo", "icepop", "tis_token", "tis_sequence", "mis_sequence", "mis_geometric"):
+        inside = inside_trust_region(torch.exp(logp - ref), advantages, clip_bounds)
+        log_discrepancy = ref - behaviour  # log r_d
+        if name in ("decoupled_ppo", "icepop"):
+            kept = valid & inside_window(torch.exp(log_discrepancy), discrepancy_bounds)
+        elif name == "mis_sequence":  # rho = prod_t r_d,t over the row's policy tokens
+            rho = torch.exp(torch.where(valid, log_discrepancy, 0.0).sum(-1, keepdim=True))
+            kept = valid & inside_window(rho, discrepancy_bounds)
+        elif name == "mis_geometric":  # geometric mean of r_d over the row's policy tokens
+            kept = valid & inside_window(torch.exp(row_mean(log_discrepancy, valid)), discrepancy_bounds)
+        # tis_*: truncation min(rho, C) only re-weights (rho > 0), it drops nothing
+    else:  # interpolated proximal policy, alpha = 1/(n+1) is the weight of mu_old
+        alpha = 1.0 / (inputs.version_gap.to(r.dtype) + 1.0)
+        if name.startswith("loglinear_prox"):  # log pi_prox = alpha log mu + (1 - alpha) log pi
+            proximal_over_behaviour = r ** (1.0 - alpha)
+        else:  # linear_prox: pi_prox = alpha mu + (1 - alpha) pi
+            proximal_over_behaviour = alpha + (1.0 - alpha) * r
+        inside = inside_trust_region(r / proximal_over_behaviour, advantages, clip_bounds)  # r_s = pi/pi_prox
+        if name.endswith("_train_infer"):  # r_d = pi_prox / mu_old, masked symmetrically
+            kept = valid & inside_window(proximal_over_behaviour, discrepancy_bounds)
+
+    inside = inside & valid
+    # CISPO and GPPO clip the weight, not the gradient: every kept policy token keeps a gradient.
+    passing = kept if name in ("cispo", "gppo") else kept & inside
+    return kept, inside, passing
+
+
+ORACLE_NAMES = sorted(set(available_losses()) - {"m2po"})  # m2po: test_m2po_mask_is_the_greedy_removal
+
+
+def test_every_strategy_has_an_independent_oracle():
+    assert set(ORACLE_NAMES) | {"m2po"} == set(available_losses())
+    # every branch of oracle() is a registered name (a typo would silently fall into the last branch)
+    assert {n for n in ORACLE_NAMES if "prox" in n} == {
+        "linear_prox", "linear_prox_train_infer", "loglinear_prox", "loglinear_prox_train_infer"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ORACLE_NAMES)
 @SETTINGS
-@given(inputs=batches())
-def test_masked_or_clipped_tokens_get_zero_gradient(name, inputs):
-    out, grad = loss_and_grad(name, inputs, **tight_kwargs(name))
-    passing = out.discrepancy_mask & out.clip_mask  # [B, T]
-    assert torch.all(grad[~passing] == 0)
-    # and the others do receive gradient (unless their advantage is 0)
-    assert torch.all(grad[passing & (inputs.advantages != 0)] != 0)
+@given(inputs=batches(), clip_bounds=ORACLE_BOUNDS, discrepancy_bounds=ORACLE_BOUNDS, drop_reference=st.booleans())
+def test_masks_and_zero_gradients_match_an_oracle_computed_from_the_inputs(
+    name, inputs, clip_bounds, discrepancy_bounds, drop_reference
+):
+    if drop_reference and name in OPTIONAL_REFERENCE:
+        inputs.ref_logprobs = None
+    parameters = inspect.signature(loss_class(name)).parameters
+    kwargs = {"clip_bounds": clip_bounds}
+    if "discrepancy_bounds" in parameters:
+        kwargs["discrepancy_bounds"] = discrepancy_bounds
+    if "dual_clip_bound" in parameters:
+        kwargs["dual_clip_bound"] = DUAL_CLIP_BOUND
+    out, grad = loss_and_grad(name, inputs, **kwargs)
+    kept, inside, passing = oracle(name, inputs, clip_bounds, discrepancy_bounds)
+
+    assert torch.equal(out.discrepancy_mask, kept)
+    assert torch.equal(out.clip_mask, inside)
+    assert torch.all(grad[~passing] == 0)  # masked, clipped, floored and non-policy tokens
+    assert torch.all(grad[passing & (inputs.advantages != 0)] != 0)  # and only those
+
+
+@SETTINGS
+@given(inputs=batches(), drop_reference=st.booleans())
+def test_m2po_mask_is_the_greedy_removal(inputs, drop_reference):
+    """M2PO (tau = 0.04): drop the token with the largest (log r)^2 while the batch mean exceeds tau.
+
+    Written as the paper's loop, not the implementation's sort and prefix mean. Ties in (log r)^2 at
+    the cut may be broken either way, so the oracle fixes how many tokens are kept and that they are
+    the smallest; the gradient is then zero exactly off that (checked) mask.
+    """
+    if drop_reference:
+        inputs.ref_logprobs = None
+    anchor = inputs.behavior_logprobs if inputs.ref_logprobs is None else inputs.ref_logprobs
+    squared = (inputs.logprobs.detach() - anchor) ** 2  # (log r)^2, r = pi / pi_ref (or / mu_old)
+    valid = inputs.loss_mask
+    remaining = sorted(squared[valid].tolist())
+    while remaining and sum(remaining) / len(remaining) > 0.04:
+        remaining.pop()  # the largest
+
+    out, grad = loss_and_grad("m2po", inputs, second_moment_bound=0.04)
+    kept = out.clip_mask
+    assert torch.equal(out.discrepancy_mask, valid)  # no r_d mask
+    assert not (kept & ~valid).any()
+    assert int(kept.sum()) == len(remaining)
+    dropped = valid & ~kept
+    if kept.any() and dropped.any():
+        assert squared[kept].max() <= squared[dropped].min()
+    assert torch.all(grad[~kept] == 0)
+    assert torch.all(grad[kept & (inputs.advantages != 0)] != 0)
+
+
+@pytest.mark.parametrize(
+    ("name", "advantage", "bounds", "inside"),
+    [
+        ("ppo_clip", 1.0, {"clip_bounds": (0.8, 1.0)}, True),  # A >= 0: r_s = high passes
+        ("ppo_clip", -1.0, {"clip_bounds": (1.0, 1.2)}, True),  # A < 0: r_s = low passes
+        ("ppo_clip", 0.0, {"clip_bounds": (1.0, 1.0)}, True),  # A = 0 is positive: r_s = high passes
+        ("decoupled_ppo", 1.0, {"discrepancy_bounds": (1.0, 1.0), "clip_bounds": (1.0, 1.0)}, True),
+    ],
+)
+def test_bounds_are_inclusive(name, advantage, bounds, inside):
+    # pi_theta = pi_ref = mu_old exactly, so r_s = r_d = exp(0) = 1.0 lies exactly on the bound
+    behaviour = torch.tensor([[-1.0]], dtype=torch.float64)
+    inputs = LossInputs(logprobs=behaviour.clone().requires_grad_(), behavior_logprobs=behaviour,
+                        advantages=torch.tensor([[advantage]], dtype=torch.float64),
+                        loss_mask=torch.ones((1, 1), dtype=torch.bool), ref_logprobs=behaviour.clone())  # fmt: skip
+    out, grad = loss_and_grad(name, inputs, **bounds)
+    assert out.discrepancy_mask.item() is True and out.clip_mask.item() is inside
+    # and one step past the bound, r_s = exp(+-1e-9), the token is clipped (gradient 0)
+    with torch.no_grad():
+        inputs.logprobs += 1e-9 if advantage >= 0 else -1e-9
+    out, grad = loss_and_grad(name, inputs, **bounds)
+    assert out.clip_mask.item() is False and grad.item() == 0.0
 
 
 @pytest.mark.parametrize("name", available_losses())

@@ -1,0 +1,85 @@
+"""The rollout service: the one protocol between training (Lightning) and generation (vLLM).
+
+Everything on the generation side (engine, episode runner, producer, buffer, dedicated old-logit
+worker) sits behind `RolloutService`. The Lightning side only ever talks to this protocol: the
+`RolloutDataModule` adapts it to a dataloader, `EngineWeightSync` publishes weights through it,
+the interruption-sync and snapshot routes pause it, score through it or ask it which versions are
+still alive, and `RolloutStatsLogger` logs its `stats()`. A second engine, a remote engine or a Ray
+actor is another implementation of this protocol, never an edit of the module.
+
+Batch schema (what `next_batch` returns; the module trains on any source that yields it):
+
+    input_ids          long  [B, T]  prompt, agent and environment tokens, right-padded
+    attention_mask     long  [B, T]
+    loss_mask          bool  [B, T]  True on tokens the policy sampled
+    behavior_logprobs  float [B, T]  mu: the engine's log-prob of each sampled token (0 elsewhere)
+    versions           long  [B, T]  weight version that sampled each token (-1 elsewhere)
+    old_logprobs       float [B, T]  exact pi_old where a route attached it (NaN = not scored)
+    advantages         float [B, T]  group-normalised advantage of each episode, on its policy tokens
+    rewards            float [B]     episode return
+    success            float [B]     1.0 where the episode solved its task
+    group_ids          long  [B]     advantage group of each episode
+    temperature        float         sampling temperature (the trainer scores with the same)
+    top_k              int           sampling top-k (-1 = off)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Protocol, runtime_checkable
+
+import torch
+
+#: `score_fn(input_ids [b, T], attention_mask [b, T]) -> logits [b, T, V]`: the weights to score with.
+ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class RolloutServiceError(RuntimeError):
+    """A part of the rollout service died or failed; the message names the part."""
+
+
+@runtime_checkable
+class RolloutService(Protocol):
+    """Generation as a service: start it, take batches, publish weights, close it.
+
+    Every method is called from the trainer's thread. `close` is idempotent and must leave no
+    process, thread or temp file of the service behind, whatever state it is in.
+    """
+
+    #: Groups with a token more than this many versions behind the trainer are dropped as stale.
+    max_version_gap: int
+    #: Weights are published every this many optimizer steps (1 = every step).
+    weight_sync_every: int
+
+    def use_old_logit_worker(self) -> None:
+        """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""
+
+    def start(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+        """Load `weights` as `version` and start generating."""
+
+    def next_batch(self, timeout_s: float) -> dict:
+        """Block until a training batch (schema above) is ready; raise `RolloutServiceError` if a part died."""
+
+    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Move generation to `version`; returns timings in seconds (`write_s`, `pause_s`)."""
+
+    def live_versions(self) -> list[int]:
+        """Weight versions that a token not yet trained on may carry (pending or being generated)."""
+
+    def pause(self) -> None:
+        """Stop sampling new tokens; in-flight episodes are kept and continue after `resume`."""
+
+    def resume(self) -> None:
+        """Let generation continue (a weight push resumes it too)."""
+
+    def score_unscored(self, score_fn: ScoreFn, version: int) -> int:
+        """Attach pi_old from `score_fn` to every token of `version` still lacking it; returns how many.
+
+        Call while paused, before `version`'s weights are replaced.
+        """
+
+    def stats(self) -> dict[str, float]:
+        """Queue, accounting (produced = trained + dropped + pending) and throughput, by metric name."""
+
+    def close(self) -> None:
+        """Stop everything the service started (engine, threads, worker processes, temp files)."""

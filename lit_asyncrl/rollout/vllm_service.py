@@ -1,0 +1,235 @@
+"""`RolloutService` on one in-process vLLM engine: engine, producer, buffer, dedicated worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
+from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
+from lit_asyncrl.rollout.producer import RolloutProducer
+from lit_asyncrl.rollout.records import Trajectory, collate
+from lit_asyncrl.rollout.service import RolloutServiceError, ScoreFn
+
+
+class VLLMRolloutService:
+    """Generation on a background vLLM `AsyncLLM` in this process (see `RolloutService`).
+
+    Nothing expensive happens before `start`: the constructor only checks its arguments and loads
+    the tokenizer. `close` stops the producer, the dedicated worker and the engine (its process,
+    thread and temp dir) in that order, whatever state they are in.
+
+    Args:
+        model_path: a local Hugging Face model folder the engine serves.
+        env: the task; episodes of one instance form a group of `group_size` (GRPO advantages).
+        groups_per_batch: groups per training batch (B = groups_per_batch * group_size episodes).
+        max_version_gap: groups with a token more than this many versions behind are dropped.
+        buffer_capacity: most episodes pending or being generated; the engine waits beyond it.
+        max_concurrent_groups: groups generated at once.
+        mode: "async" (generation never waits for training) or "sync" (one batch per version).
+        weight_sync_every: push weights to the engine every this many versions.
+        temperature, top_k: sampling; the trainer scores with the same values (they ride in the batch).
+        engine_config: the vLLM engine's settings.
+        seed: task instances are drawn from this seed.
+        liveness_poll_s: how often a waiting `next_batch` checks that every part is alive.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        env: Environment,
+        *,
+        group_size: int,
+        groups_per_batch: int,
+        max_version_gap: int,
+        buffer_capacity: int,
+        max_concurrent_groups: int,
+        mode: Literal["async", "sync"],
+        weight_sync_every: int,
+        temperature: float,
+        top_k: int,
+        engine_config: EngineConfig,
+        seed: int,
+        liveness_poll_s: float = 0.5,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_path, self.env = str(model_path), env
+        self.group_size, self.groups_per_batch = group_size, groups_per_batch
+        self.max_version_gap, self.weight_sync_every = max_version_gap, weight_sync_every
+        self.max_concurrent_groups, self.mode = max_concurrent_groups, mode
+        self.temperature, self.top_k = temperature, top_k
+        self.engine_config, self.seed = engine_config, seed
+        self.liveness_poll_s = liveness_poll_s
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
+        self.engine: VLLMEngine | None = None
+        self.producer: RolloutProducer | None = None
+        self.dedicated: DedicatedOldLogitModel | None = None
+        self._use_dedicated = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def use_old_logit_worker(self) -> None:
+        if self.engine is not None:
+            raise RuntimeError("use_old_logit_worker() must be called before start()")
+        self._use_dedicated = True
+
+    def start(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+        if self.engine is not None:
+            raise RuntimeError("the rollout service is already started")
+        try:
+            self.engine = VLLMEngine(self.model_path, self.engine_config)
+            self.engine.start(initial_version=version)
+            if self._use_dedicated:
+                self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id)
+                self.dedicated.start(self.engine.loop)
+                self.dedicated.send_weights(weights, version)
+            self.engine.push_weights(weights, version)
+            self.buffer.set_trainer_version(version)
+            self.producer = RolloutProducer(
+                self.engine,
+                self.env,
+                self.tokenizer,
+                self.buffer,
+                group_size=self.group_size,
+                max_concurrent_groups=self.max_concurrent_groups,
+                temperature=self.temperature,
+                top_k=self.top_k,
+                max_context=self.engine_config.max_model_len,
+                seed=self.seed,
+                groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
+                old_logit_model=self.dedicated,
+            )
+            self.producer.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        producer, dedicated, engine = self.producer, self.dedicated, self.engine
+        self.producer = self.dedicated = self.engine = None
+        try:
+            if producer is not None and engine is not None and engine.dead_reason() is None:
+                producer.stop()
+        finally:
+            try:
+                if dedicated is not None:
+                    dedicated.stop()
+            finally:
+                if engine is not None:
+                    engine.shutdown()
+
+    # -- batches ----------------------------------------------------------------------------
+    def next_batch(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._raise_if_dead()
+            try:
+                groups = self.buffer.take(self.groups_per_batch, timeout_s=min(self.liveness_poll_s, max(deadline - time.monotonic(), 0.0)))
+                break
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise data.batch_timeout_s "
+                        f"if generation is this slow); rollout stats: {self.stats()}"
+                    ) from None
+        batch = collate([t for group in groups for t in group], pad_id=self.tokenizer.pad_token_id)
+        batch["temperature"] = self.temperature
+        batch["top_k"] = self.top_k
+        return batch
+
+    def _raise_if_dead(self) -> None:
+        """Name the part that died, within one liveness poll of its death."""
+        if self.engine is None:
+            raise RolloutServiceError("the rollout service is not started (or already closed)")
+        if self.producer is not None and self.producer.error is not None:
+            raise RolloutServiceError(f"rollout generation failed: {self.producer.error!r}") from self.producer.error
+        reason = self.engine.dead_reason()
+        if reason is not None:
+            raise RolloutServiceError(f"the vLLM engine died: {reason}")
+        reason = self.dedicated.dead_reason() if self.dedicated is not None else None
+        if reason is not None:
+            raise RolloutServiceError(reason)
+
+    # -- weights ----------------------------------------------------------------------------
+    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        self.buffer.set_trainer_version(version)
+        if version % self.weight_sync_every != 0:
+            return {}
+        engine = self._engine()
+        if self.dedicated is not None:
+            # While paused, hand the worker every token of the outgoing version still unscored
+            # (partial turns included); the worker scores them before it loads `version`.
+            engine.pause()
+
+            async def submit_outgoing() -> None:
+                self.dedicated.submit(self._unfinished_trajectories())
+
+            engine.run(submit_outgoing())
+            self.dedicated.send_weights(weights, version)
+        try:
+            return engine.push_weights(weights, version)
+        except EngineDeadError as error:
+            raise RolloutServiceError(str(error)) from error
+
+    def live_versions(self) -> list[int]:
+        engine_version = self.engine.version if self.engine is not None else 0
+        newest = max(self.buffer.trainer_version, engine_version)
+        in_flight = self.producer.oldest_in_flight_version if self.producer is not None else None
+        candidates = [v for v in (self.buffer.oldest_pending_version(), in_flight) if v is not None]
+        return list(range(min(candidates, default=newest), newest + 1))
+
+    # -- interruption-sync -----------------------------------------------------------------
+    def pause(self) -> None:
+        self._engine().pause()
+
+    def resume(self) -> None:
+        if self.engine is not None and self.engine.dead_reason() is None:
+            self.engine.resume()
+
+    def score_unscored(self, score_fn: ScoreFn, version: int) -> int:
+        """Collection and attachment run on the engine loop, which owns the trajectories; the
+        forward runs on the caller's thread, with the caller's weights."""
+        engine = self._engine()
+
+        async def collect():
+            return collect_unscored(self._unfinished_trajectories())
+
+        requests = engine.run(collect())
+        scores = score_requests(score_fn, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id)
+
+        async def write_back():
+            return attach(requests, scores, version)
+
+        return engine.run(write_back())
+
+    def _unfinished_trajectories(self) -> list[Trajectory]:
+        active = list(self.producer.active) if self.producer is not None else []
+        return self.buffer.pending_trajectories() + active
+
+    def _engine(self) -> VLLMEngine:
+        if self.engine is None:
+            raise RolloutServiceError("the rollout service is not started (or already closed)")
+        return self.engine
+
+    # -- statistics -------------------------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        producer = self.producer
+        stats = {f"rollout/{key}": float(value) for key, value in self.buffer.counts().items()}
+        stats["rollout/queue_depth"] = stats["rollout/pending"]
+        stats["rollout/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
+        stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
+        stats["rollout/engine_version"] = float(self.engine.version if self.engine else -1)
+        if self.dedicated is not None:
+            stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
+            stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)
+            stats["dedicated/score_s"] = self.dedicated.score_seconds
+            stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
+        return stats

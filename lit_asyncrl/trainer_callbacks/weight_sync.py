@@ -1,0 +1,48 @@
+"""Publishes the trainer's weights to the rollout service: at train start, then after every step."""
+
+from __future__ import annotations
+
+import functools
+
+import lightning as L
+from lightning.pytorch.utilities.types import STEP_OUTPUT
+from typing_extensions import override
+
+from lit_asyncrl.rollout.service import RolloutService
+from lit_asyncrl.trainer_callbacks.find import rollouts_of
+
+
+class EngineWeightSync(L.Callback):
+    """The weight version is `trainer.global_step`: the number of optimizer steps taken.
+
+    The service decides from its `weight_sync_every` which versions it pushes to generation; it
+    hears of every version so that it can drop groups past its staleness cap.
+
+    Args:
+        rollouts: the service; None = the datamodule's `rollouts`.
+        module_attr: dotted attribute of the LightningModule holding the policy whose weights are published.
+    """
+
+    def __init__(self, rollouts: RolloutService | None = None, module_attr: str = "policy") -> None:
+        self.rollouts = rollouts
+        self.module_attr = module_attr
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.rollouts is None:
+            self.rollouts = rollouts_of(trainer, "EngineWeightSync")
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Not on_fit_start: a resumed global_step is only restored after that hook.
+        self.rollouts.start(self._weights(pl_module), version=trainer.global_step)
+
+    @override
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int) -> None:
+        timings = self.rollouts.publish_weights(self._weights(pl_module), trainer.global_step)
+        if timings:
+            pl_module.log("rollout/weight_push_s", timings["write_s"] + timings["pause_s"], batch_size=1)
+            pl_module.log("rollout/engine_pause_s", timings["pause_s"], batch_size=1)
+
+    def _weights(self, pl_module: L.LightningModule) -> dict:
+        return functools.reduce(getattr, self.module_attr.split("."), pl_module).state_dict()
