@@ -66,7 +66,7 @@ class RolloutBuffer:
     def oldest_pending_version(self) -> int | None:
         """The oldest weight version among pending policy tokens (None when nothing is pending)."""
         with self._condition:
-            return min((t.oldest_version for group in self._groups for t in group), default=None)
+            return min((v for group in self._groups if (v := _oldest_version(group)) is not None), default=None)
 
     def accounting_holds(self) -> bool:
         with self._condition:
@@ -125,6 +125,11 @@ class RolloutBuffer:
 
     def _drop_stale(self) -> None:
         oldest_allowed = self._trainer_version - self.max_version_gap
-        fresh = collections.deque(g for g in self._groups if min(t.oldest_version for t in g) >= oldest_allowed)
+        fresh = collections.deque(g for g in self._groups if _oldest_version(g) is None or _oldest_version(g) >= oldest_allowed)
         self.dropped["stale"] += sum(len(g) for g in self._groups) - sum(len(g) for g in fresh)
         self._groups = fresh
+
+
+def _oldest_version(group: list[Trajectory]) -> int | None:
+    """The oldest version among the group's policy tokens; None when it has none (nothing can be stale)."""
+    return min((t.oldest_version for t in group if t.num_policy_tokens), default=None)

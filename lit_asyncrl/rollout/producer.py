@@ -106,8 +106,9 @@ class RolloutProducer:
                 started_for_version += 1
         except asyncio.CancelledError:
             raise
-        except BaseException as error:  # surfaced to the trainer by the DataModule
-            self.error = error
+        except BaseException as error:  # surfaced to the trainer by RolloutService.next_batch
+            if self.error is None:
+                self.error = error
             raise
 
     async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:
@@ -138,8 +139,9 @@ class RolloutProducer:
             filed = True
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # kept for the trainer thread, which raises it (DataModule.next_batch)
-            self.error = error
+        except Exception as error:  # kept for the trainer thread, which raises it (RolloutService.next_batch)
+            if self.error is None:  # the first failure is the cause; later ones are its echoes
+                self.error = error
         finally:
             if not filed:
                 self.buffer.release(self.group_size)

@@ -1,0 +1,155 @@
+"""However a run ends (a failing environment, a dead worker, SIGINT, SIGTERM, also while the
+trainer waits for a batch), it exits promptly, says what failed, and leaves no process of its own
+and no temp dir behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.runs import REPO, SMALL_RUN
+
+pytestmark = pytest.mark.engine
+SHM = Path("/dev/shm")
+
+
+def children_of(pid: int) -> list[int]:
+    """Every live descendant of `pid` (by parent links in /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [child for child, ppid in parents.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def engine_temp_dirs() -> set[str]:
+    return {path.name for path in SHM.glob("lit_asyncrl_*")} if SHM.is_dir() else set()
+
+
+class Run:
+    """A Hydra run in a subprocess; every process it starts is recorded while it runs.
+
+    (vLLM renames its processes, which overwrites their environment, so they are tracked by
+    parent links, not by an inherited marker.)
+    """
+
+    def __init__(self, overrides: list[str], run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.temp_dirs_before = engine_temp_dirs()
+        self.descendants: set[int] = set()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
+        self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def track(self) -> list[int]:
+        kids = children_of(self.process.pid)
+        self.descendants.update(kids)
+        return kids
+
+    def engine_serving(self) -> bool:
+        """vLLM's engine-core process and its worker are up."""
+        return sum(b"VLLM::" in _cmdline(pid) for pid in self.track()) >= 2
+
+    def worker_pids(self) -> list[int]:
+        """Spawned multiprocessing children (the dedicated old-logit worker)."""
+        return [pid for pid in self.track() if b"spawn_main" in _cmdline(pid)]
+
+    def wait_for(self, condition, what: str, timeout_s: float = 240) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            self.track()
+            if self.process.poll() is not None:
+                raise AssertionError(f"the run ended before {what}:\n{self.process.stdout.read()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {timeout_s} s")
+            time.sleep(0.2)
+
+    def finish(self, timeout_s: float = 90) -> tuple[int, str, float]:
+        self.track()
+        start = time.monotonic()
+        output, _ = self.process.communicate(timeout=timeout_s)
+        return self.process.returncode, output, time.monotonic() - start
+
+    def assert_nothing_left(self) -> None:
+        assert self.descendants, "no child process was ever seen"
+        deadline = time.monotonic() + 10  # orphans get a moment to finish exiting
+        while [pid for pid in self.descendants if alive(pid)] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [pid for pid in self.descendants if alive(pid)]
+        assert left == [], [_cmdline(pid) for pid in left]
+        assert engine_temp_dirs() - self.temp_dirs_before == set()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_an_environment_that_raises_fails_the_run_and_cleans_up(tmp_path):
+    run = Run(["env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv", "+env.fail_after=300", "trainer.max_steps=50"], tmp_path)
+    run.wait_for(run.engine_serving, "engine start")
+    code, output, _ = run.finish(timeout_s=300)
+    assert code != 0
+    assert "tool crashed on turn 301" in output  # the environment's own error reaches the user
+    run.assert_nothing_left()
+
+
+@pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
+def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_path, signum, expected_code):
+    # Every environment answer takes 0.5 s: the trainer is waiting for its first batch when the signal comes.
+    run = Run(["env._target_=tests.integration.faulty_env.SlowGuessNumberEnv", "+env.delay_s=0.5", "trainer.max_steps=5"], tmp_path)
+    run.wait_for(run.engine_serving, "engine start")
+    time.sleep(5)  # past the service start: the producer is generating, the trainer blocks in next_batch
+    assert not (tmp_path / "metrics.csv").exists()
+    run.process.send_signal(signum)
+    code, output, seconds = run.finish()
+    assert code == expected_code, output[-3000:]
+    assert seconds < 30
+    assert "Traceback" not in output.split("Detected KeyboardInterrupt")[-1] or signum == signal.SIGTERM
+    run.assert_nothing_left()
+
+
+def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
+    run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
+    run.wait_for(lambda: (tmp_path / "checkpoints" / "last.ckpt").exists(), "training steps")
+    run.process.send_signal(signal.SIGTERM)
+    code, output, seconds = run.finish()
+    assert code == 143, output[-3000:]
+    assert seconds < 30
+    run.assert_nothing_left()
+
+
+def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path):
+    run = Run(["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
+    run.wait_for(lambda: (tmp_path / "checkpoints" / "last.ckpt").exists(), "training steps")
+    (worker,) = run.worker_pids()
+    os.kill(worker, signal.SIGKILL)
+    killed_at = time.monotonic()
+    code, output, _ = run.finish()
+    assert code != 0
+    assert f"the dedicated old-logit worker (pid {worker}) exited with code -9" in output, output[-3000:]
+    assert time.monotonic() - killed_at < 30
+    run.assert_nothing_left()

@@ -1,0 +1,231 @@
+"""AsyncRLModule.training_step through a real Lightning Trainer on hand-made batches (no engine).
+
+The module pulls its own batch (`training_step(dataloader_iter)`) and its `configure_callbacks`
+adds EngineWeightSync and RolloutStatsLogger, which find the rollout service as the datamodule's
+`rollouts`: here a fake that records every call. Every expected value is computed by hand.
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from lit_asyncrl.losses import PPOClip
+from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.rollout.service import RolloutService
+from lit_asyncrl.scoring import token_logprobs
+
+TEMPERATURE, TOP_K = 1.0, -1
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:.*does not have many workers.*",
+    "ignore:.*GPU available but not used.*",
+    "ignore:.*dataloader_iter.*",
+    "ignore:.*LeafSpec.*",
+)
+
+
+class FakeRollouts:
+    """A `RolloutService` that records its calls and hands out fixed statistics."""
+
+    max_version_gap = 3
+    weight_sync_every = 1
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def use_old_logit_worker(self) -> None:
+        self.calls.append(("use_old_logit_worker",))
+
+    def start(self, weights, version):
+        self.calls.append(("start", version, sorted(weights)))
+
+    def next_batch(self, timeout_s):
+        raise AssertionError("the module takes its batches from the dataloader, not from next_batch")
+
+    def publish_weights(self, weights, version):
+        self.calls.append(("publish", version, sorted(weights)))
+        return {}
+
+    def live_versions(self):
+        return [0]
+
+    def pause(self) -> None:
+        self.calls.append(("pause",))
+
+    def resume(self) -> None:
+        self.calls.append(("resume",))
+
+    def score_unscored(self, score_fn, version):
+        self.calls.append(("score_unscored", version))
+        return 0
+
+    def stats(self):
+        self.calls.append(("stats",))
+        return {"rollout/queue_depth": 7.0, "rollout/tokens_per_s": 12.5}
+
+    def close(self) -> None:
+        self.calls.append(("close",))
+
+
+class ListDataModule(L.LightningDataModule):
+    def __init__(self, batches: list[dict], rollouts: FakeRollouts) -> None:
+        super().__init__()
+        self.batches, self.rollouts = batches, rollouts
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.batches, batch_size=None, num_workers=0)
+
+
+class StepMetrics(L.Callback):
+    """Copies the trainer's callback metrics at the end of each training batch."""
+
+    def __init__(self) -> None:
+        self.per_step: list[dict[str, float]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.per_step.append({key: float(value) for key, value in trainer.callback_metrics.items()})
+
+
+def make_trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
+    return L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+
+
+# Four right-padded episodes of length <= 6. Policy tokens (loss_mask) per row:
+#   row 0: positions 2, 3, 4      advantage +1
+#   row 1: positions 2, 3         advantage +1
+#   row 2: position 3             advantage -1
+#   row 3: positions 1, 2         advantage -1   (row 3 is padded after position 3)
+INPUT_IDS = [
+    [1, 12, 5, 14, 3, 2],
+    [1, 12, 7, 3, 13, 2],
+    [1, 12, 13, 9, 3, 2],
+    [1, 8, 3, 13, 0, 0],
+]
+ATTENTION = [[1] * 6, [1] * 6, [1] * 6, [1, 1, 1, 1, 0, 0]]
+POLICY_POSITIONS = {0: [2, 3, 4], 1: [2, 3], 2: [3], 3: [1, 2]}
+ROW_ADVANTAGE = {0: 1.0, 1: 1.0, 2: -1.0, 3: -1.0}
+
+
+def make_batch(versions_by_row: dict[int, list[int]], success: list[float], behavior: torch.Tensor | None = None) -> dict:
+    """A batch in the schema of `lit_asyncrl.rollout.service`; versions given per policy token."""
+    loss_mask = torch.zeros(4, 6, dtype=torch.bool)
+    versions = torch.full((4, 6), -1, dtype=torch.long)
+    advantages = torch.zeros(4, 6)
+    for row, positions in POLICY_POSITIONS.items():
+        for position, version in zip(positions, versions_by_row[row], strict=True):
+            loss_mask[row, position] = True
+            versions[row, position] = version
+            advantages[row, position] = ROW_ADVANTAGE[row]
+    behavior = torch.full((4, 6), -1.0) if behavior is None else behavior
+    return {
+        "input_ids": torch.tensor(INPUT_IDS, dtype=torch.long),
+        "attention_mask": torch.tensor(ATTENTION, dtype=torch.long),
+        "loss_mask": loss_mask,
+        "behavior_logprobs": torch.where(loss_mask, behavior, 0.0),
+        "versions": versions,
+        "old_logprobs": torch.full((4, 6), math.nan),
+        "advantages": advantages,
+        "rewards": torch.tensor([1.0, 0.0, 0.0, -0.2]),
+        "success": torch.tensor(success),
+        "group_ids": torch.tensor([0, 0, 1, 1]),
+        "temperature": TEMPERATURE,
+        "top_k": TOP_K,
+    }
+
+
+def all_version(version: int) -> dict[int, list[int]]:
+    return {row: [version] * len(positions) for row, positions in POLICY_POSITIONS.items()}
+
+
+def test_one_step_on_policy_batch_pushes_weights_and_logs_hand_values():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    batch_in = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0])
+    with torch.no_grad():
+        # mu = the policy's own log-probs: the ratio pi_theta / mu is 1 on every policy token.
+        own = token_logprobs(module.policy, batch_in["input_ids"], batch_in["attention_mask"], TEMPERATURE, TOP_K)
+    batch = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0], behavior=own)
+    weight_names = sorted(module.policy.state_dict())
+    rollouts = FakeRollouts()
+    recorder = StepMetrics()
+    trainer = make_trainer(1, [recorder])
+    trainer.fit(module, datamodule=ListDataModule([batch], rollouts))
+
+    assert trainer.global_step == 1
+    # start at train start with version 0, one publish of version 1 after the step; both with the policy's weights.
+    lifecycle = [call for call in rollouts.calls if call[0] in ("start", "publish")]
+    assert lifecycle == [("start", 0, weight_names), ("publish", 1, weight_names)]
+    assert ("stats",) in rollouts.calls
+    assert not any(call[0] in ("pause", "resume", "score_unscored", "use_old_logit_worker") for call in rollouts.calls)
+
+    (metrics,) = recorder.per_step
+    # success [1, 0, 1, 1] -> 3/4
+    assert metrics["train/task_success"] == pytest.approx(0.75)
+    # all 8 policy tokens sampled by version 0, trainer at version 0: every gap is 0.
+    assert metrics["train/version_gap_max"] == 0.0
+    assert metrics["train/version_gap_mean"] == 0.0
+    assert metrics["train/policy_tokens"] == 8.0
+    # ratio 1 everywhere, inside the clip: loss = -(token mean of A) = -(3 + 2 - 1 - 2) / 8 = -0.25
+    assert metrics["train/loss"] == pytest.approx(-0.25, abs=1e-6)
+    assert metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert metrics["train/ppo_clip_ratio"] == 0.0
+    # rewards [1, 0, 0, -0.2] -> 0.8 / 4
+    assert metrics["train/reward"] == pytest.approx(0.2)
+    # RolloutStatsLogger (a module callback, so it runs after the recorder) logs the service's stats as they are.
+    final = {key: float(value) for key, value in trainer.callback_metrics.items()}
+    assert final["rollout/queue_depth"] == 7.0
+    assert final["rollout/tokens_per_s"] == 12.5
+    # the fake's publish returns no timings: nothing about the push is logged.
+    assert "rollout/weight_push_s" not in final
+
+
+def test_version_gaps_are_trainer_version_minus_token_versions():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    # Step s trains at trainer version s (optimizer steps taken so far).
+    step0 = make_batch(all_version(0), success=[0.0, 0.0, 0.0, 1.0])  # gaps all 0
+    step1 = make_batch({0: [0, 1, 1], 1: [1, 1], 2: [1], 3: [0, 0]}, success=[1.0, 1.0, 0.0, 0.0])
+    # step 1 gaps: row0 [1,0,0], row1 [0,0], row2 [0], row3 [1,1] -> sum 3 over 8 tokens, max 1
+    step2 = make_batch({0: [0, 1, 2], 1: [2, 2], 2: [0], 3: [1, 2]}, success=[1.0, 1.0, 1.0, 0.0])
+    # step 2 gaps: row0 [2,1,0], row1 [0,0], row2 [2], row3 [1,0] -> sum 6 over 8 tokens, max 2
+    rollouts = FakeRollouts()
+    recorder = StepMetrics()
+    trainer = make_trainer(3, [recorder])
+    trainer.fit(module, datamodule=ListDataModule([step0, step1, step2], rollouts))
+
+    assert trainer.global_step == 3
+    publishes = [call[1] for call in rollouts.calls if call[0] == "publish"]
+    starts = [call[1] for call in rollouts.calls if call[0] == "start"]
+    assert starts == [0] and publishes == [1, 2, 3]
+    gaps = [(m["train/version_gap_mean"], m["train/version_gap_max"]) for m in recorder.per_step]
+    assert gaps == [(0.0, 0.0), (pytest.approx(3 / 8), 1.0), (pytest.approx(6 / 8), 2.0)]
+    # task success is the mean of each step's own batch, not a running mean over steps
+    assert [m["train/task_success"] for m in recorder.per_step] == [
+        pytest.approx(0.25),
+        pytest.approx(0.5),
+        pytest.approx(0.75),
+    ]
+    # per-gap buckets of the loss metrics at step 2: gap 0 on row0 x1, row1 x2, row3 x1 -> 4;
+    # gap 1 on row0, row3 -> 2; gap 2 on row0, row2 -> 2
+    last = recorder.per_step[-1]
+    assert last["train/policy_tokens/gap_0"] == 4.0
+    assert last["train/policy_tokens/gap_1"] == 2.0
+    assert last["train/policy_tokens/gap_2"] == 2.0
+
+
+def test_rollout_service_fake_satisfies_protocol():
+    assert isinstance(FakeRollouts(), RolloutService)
