@@ -77,8 +77,10 @@ def main() -> None:
 
     n_params = sum(p.numel() for p in params)
     medians = {name: statistics.median(values) for name, values in times.items()}
-    print(f"device={device} dtype={args.dtype} params={n_params / 1e6:.1f}M tensors={len(params)} "
-          f"repeats={args.repeats} threads={torch.get_num_threads()}")
+    print(
+        f"device={device} dtype={args.dtype} params={n_params / 1e6:.1f}M tensors={len(params)} "
+        f"repeats={args.repeats} threads={torch.get_num_threads()}"
+    )
     for name, median in medians.items():
         print(f"{name:>13}: median {median * 1e3:8.3f} ms  (min {min(times[name]) * 1e3:8.3f} ms)")
     ratio = medians["ewma_update"] / medians["foreach_copy"]

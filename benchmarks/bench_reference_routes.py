@@ -28,11 +28,26 @@ ROUTES = {
     "interrupt_sync": "interrupt_sync",
     "dedicated": "dedicated",
 }
-RUN = ["rollout.group_size=8", "rollout.groups_per_batch=8", "rollout.buffer_capacity=128", "rollout.max_concurrent_groups=8", "model.warm_start_steps=30"]
+RUN = [
+    "rollout.group_size=8",
+    "rollout.groups_per_batch=8",
+    "rollout.buffer_capacity=128",
+    "rollout.max_concurrent_groups=8",
+    "model.warm_start_steps=30",
+]
 
 
 def run_route(experiment: str, steps: int, out_dir: Path) -> list[dict[str, float]]:
-    command = [sys.executable, "-m", "lit_asyncrl.train", f"experiment={experiment}", f"trainer.max_steps={steps}", f"hydra.run.dir={out_dir}", "trainer.enable_checkpointing=false", *RUN]
+    command = [
+        sys.executable,
+        "-m",
+        "lit_asyncrl.train",
+        f"experiment={experiment}",
+        f"trainer.max_steps={steps}",
+        f"hydra.run.dir={out_dir}",
+        "checkpoint_every=1000000",
+        *RUN,
+    ]
     subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
     with open(out_dir / "metrics.csv", newline="") as handle:
         rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]

@@ -17,9 +17,8 @@ import time
 from collections.abc import Callable
 
 import torch
-from torch import Tensor, nn
-
 from asyncrl_callbacks.snapshot import SnapshotRetention
+from torch import Tensor, nn
 
 
 class TinyTransformer(nn.Module):

@@ -11,7 +11,7 @@ import sys
 from lightning.pytorch.cli import LightningCLI
 
 from lit_asyncrl.datamodule import RolloutDataModule
-from lit_asyncrl.lifecycle import sigterm_raises
+from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
 
@@ -31,7 +31,13 @@ class AsyncRLCLI(LightningCLI):
             return  # a resumed run already has its warmed-up weights
         warm_start = self.config_init[self.subcommand]["warm_start"]
         datamodule = self.datamodule
-        warm_start.run(self.model.policy, datamodule.env, load_tokenizer(datamodule.model_path), log_dir=self.trainer.log_dir, accelerator=self.trainer.accelerator)
+        warm_start.run(
+            self.model.policy,
+            datamodule.env,
+            load_tokenizer(datamodule.model_path),
+            log_dir=self.trainer.log_dir,
+            accelerator=self.trainer.accelerator,
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(bounds_main(argv[1:]))
     # Lightning closes the rollout service on teardown and on any exception (the datamodule's
     # on_exception); SIGTERM is turned into such an exception.
+    quiet_known_warnings()
     with sigterm_raises():
         AsyncRLCLI(AsyncRLModule, RolloutDataModule, args=argv, save_config_kwargs={"overwrite": True})
 

@@ -68,9 +68,14 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
             "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": run_dir, "name": "", "version": ""}},
             "callbacks": [
                 {"class_path": "lit_asyncrl.plots.TrainingCurvesPlot"},
+                # Periodic checkpoints (the latest kept) and the final state in last.ckpt, as in Hydra.
                 {
                     "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                    "init_args": {"filename": "{step}", "every_n_train_steps": cfg.checkpoint_every, "save_top_k": 1, "save_last": True},
+                    "init_args": {"filename": "{step}", "every_n_train_steps": cfg.checkpoint_every, "save_top_k": 1},
+                },
+                {
+                    "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                    "init_args": {"filename": "last", "enable_version_counter": False},
                 },
             ],
         },

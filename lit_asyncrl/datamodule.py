@@ -65,7 +65,9 @@ class RolloutDataModule(L.LightningDataModule):
         self.model_path = resolve_model_path(model_path)
         self.env = env if env is not None else GuessNumberEnv()
         self.batch_timeout_s = batch_timeout_s
-        engine_config = EngineConfig(dtype=dtype, max_model_len=max_model_len, kv_cache_fraction=kv_cache_fraction, seed=seed, log_level=engine_log_level)
+        engine_config = EngineConfig(
+            dtype=dtype, max_model_len=max_model_len, kv_cache_fraction=kv_cache_fraction, seed=seed, log_level=engine_log_level
+        )
         self.rollouts: RolloutService = VLLMRolloutService(
             self.model_path,
             self.env,
@@ -103,7 +105,9 @@ class _ServiceStream(IterableDataset):
             yield self.rollouts.next_batch(self.timeout_s)
 
 
-def _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level) -> None:
+def _validate(
+    group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level
+) -> None:
     if group_size < 1:
         raise ValueError(f"data.group_size must be >= 1, got {group_size}")
     if groups_per_batch < 1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 
 
@@ -37,3 +38,13 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def quiet_known_warnings() -> None:
+    """Silence warnings about choices made on purpose, so the console shows what matters.
+
+    `training_step(dataloader_iter)` is deliberate (no prefetch: a prefetched batch would be one
+    version staler); Lightning warns about that signature at every fit.
+    """
+    warnings.filterwarnings("ignore", message=r".*`dataloader_iter`.*")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import lightning as L
 import torch
-
 from torchmetrics import MeanMetric
 
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
@@ -65,7 +64,8 @@ class AsyncRLModule(L.LightningModule):
         from lit_asyncrl.trainer_callbacks import EngineWeightSync, RolloutStatsLogger
 
         # Order matters: weights are published before the reference's callbacks act on a step's end.
-        return [EngineWeightSync(), RolloutStatsLogger(), *self.reference.callbacks()]
+        # Not required: with a DataModule of ready-made batches (no rollout service) they do nothing.
+        return [EngineWeightSync(required=False), RolloutStatsLogger(required=False), *self.reference.callbacks()]
 
     def training_step(self, dataloader_iter: Iterator) -> torch.Tensor:
         # Wall time from the previous step's start: includes waiting for rollouts, the reference
@@ -96,7 +96,16 @@ class AsyncRLModule(L.LightningModule):
         self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs, step_s)
         return loss
 
-    def _log_step(self, batch: dict, loss_metrics: dict[str, float], version_gap: torch.Tensor, entropy: torch.Tensor, loss: torch.Tensor, ref_logprobs: torch.Tensor | None, step_s: float | None) -> None:
+    def _log_step(
+        self,
+        batch: dict,
+        loss_metrics: dict[str, float],
+        version_gap: torch.Tensor,
+        entropy: torch.Tensor,
+        loss: torch.Tensor,
+        ref_logprobs: torch.Tensor | None,
+        step_s: float | None,
+    ) -> None:
         size = batch["input_ids"].shape[0]
         gaps = version_gap[batch["loss_mask"]].float()
         # A torchmetrics mean: averaged over ranks under DDP, weighted by episodes.

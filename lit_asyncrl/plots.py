@@ -43,7 +43,7 @@ def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...]
     columns = min(max(len(present), 1), 3)
     rows = -(-max(len(present), 1) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
-    for axis in axes.flat[len(present):]:
+    for axis in axes.flat[len(present) :]:
         axis.set_visible(False)
     for axis, key in zip(axes.flat, present):
         steps, values = zip(*series[key])

@@ -25,7 +25,9 @@ def logits_to_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temp
     return F.pad(picked, (1, 0))
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, top_k: int = -1) -> torch.Tensor:
+def token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, top_k: int = -1
+) -> torch.Tensor:
     """[B, T] token log-probs of a Hugging Face causal LM (gradient flows when enabled)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
     return logits_to_token_logprobs(logits, input_ids, temperature, top_k)

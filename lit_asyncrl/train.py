@@ -21,9 +21,10 @@ def run(cfg: DictConfig) -> dict[str, float]:
     import lightning as L
     from hydra.utils import instantiate
 
-    from lit_asyncrl.lifecycle import sigterm_raises
+    from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
     from lit_asyncrl.warm_start import load_tokenizer
 
+    quiet_known_warnings()
     L.seed_everything(cfg.seed, workers=True)
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
@@ -33,7 +34,13 @@ def run(cfg: DictConfig) -> dict[str, float]:
     with sigterm_raises():
         try:
             if ckpt_path is None:  # a resumed run already has its warmed-up weights
-                warm_start.run(module.policy, datamodule.env, load_tokenizer(datamodule.model_path), log_dir=trainer.log_dir, accelerator=trainer.accelerator)
+                warm_start.run(
+                    module.policy,
+                    datamodule.env,
+                    load_tokenizer(datamodule.model_path),
+                    log_dir=trainer.log_dir,
+                    accelerator=trainer.accelerator,
+                )
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         finally:
             datamodule.rollouts.close()

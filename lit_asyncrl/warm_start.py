@@ -86,7 +86,9 @@ class WarmStart:
             raise ValueError(f"warm_start.batch_size must be >= 1, got {batch_size}")
         self.steps, self.lr, self.batch_size, self.seed = steps, lr, batch_size, seed
 
-    def run(self, policy: torch.nn.Module, env: Environment, tokenizer: Any, *, log_dir: str | None = None, **trainer_kwargs: Any) -> float | None:
+    def run(
+        self, policy: torch.nn.Module, env: Environment, tokenizer: Any, *, log_dir: str | None = None, **trainer_kwargs: Any
+    ) -> float | None:
         """Fit `policy` on `env`'s demonstrations; returns the last NLL (None when skipped).
 
         `log_dir`: where the phase's `metrics.csv` goes (None = no logger). `trainer_kwargs` pass

@@ -7,7 +7,10 @@ import sys
 def test_bounds_command_prints_the_table():
     result = subprocess.run(
         [sys.executable, "-m", "lit_asyncrl.cli", "bounds", "--discrepancy-bounds", "0.997", "1.003", "--clip-bounds", "0.994", "1.006"],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     lines = [line.split() for line in result.stdout.splitlines() if line.strip().startswith(("linear", "loglinear"))]
     assert len(lines) == 6  # two interpolations x n = 1, 2, 3

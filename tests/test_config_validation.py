@@ -56,7 +56,9 @@ def test_hydra_entry_fails_fast_on_a_missing_model_path(tmp_path):
     start = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "lit_asyncrl.train", "model.path=/nonexistent/model", f"hydra.run.dir={tmp_path}"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode != 0
     assert "model.path='/nonexistent/model'" in result.stderr + result.stdout

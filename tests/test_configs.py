@@ -37,13 +37,16 @@ def test_every_registered_loss_has_a_config():
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_experiment_instantiates(experiment, tmp_path):
     # runtime.output_dir only exists inside @hydra.main; point the logger at tmp_path instead.
-    cfg = compose_train([f"experiment={experiment}", f"trainer.default_root_dir={tmp_path}", f"trainer.logger.save_dir={tmp_path}", "checkpoint_every=7"])
+    cfg = compose_train(
+        [f"experiment={experiment}", f"trainer.default_root_dir={tmp_path}", f"trainer.logger.save_dir={tmp_path}", "checkpoint_every=7"]
+    )
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
     trainer = instantiate(cfg.trainer, _convert_="all")
     assert datamodule.rollouts.engine is None  # nothing started
     assert trainer.max_steps == 500
-    assert trainer.checkpoint_callback.save_last is True and trainer.checkpoint_callback._every_n_train_steps == 7
+    periodic, final = trainer.checkpoint_callbacks
+    assert periodic._every_n_train_steps == 7 and final.filename == "last"
     assert cfg.loss._target_.endswith(type(module.loss_fn).__name__)
 
 
@@ -55,7 +58,15 @@ def test_loss_group_selects_the_registered_strategy(loss, tmp_path):
 
 
 def test_loss_arguments_reach_the_strategy(tmp_path):
-    cfg = compose_train(["loss=decoupled_ppo", "loss.clip_bounds=[0.9,1.1]", "loss.discrepancy_bounds=[0.99,1.01]", f"hydra.run.dir={tmp_path}", "reference=async_recompute"])
+    cfg = compose_train(
+        [
+            "loss=decoupled_ppo",
+            "loss.clip_bounds=[0.9,1.1]",
+            "loss.discrepancy_bounds=[0.99,1.01]",
+            f"hydra.run.dir={tmp_path}",
+            "reference=async_recompute",
+        ]
+    )
     module = instantiate(cfg.module, _convert_="all")
     assert tuple(module.loss_fn.clip_bounds) == (0.9, 1.1)
     assert tuple(module.loss_fn.discrepancy_bounds) == (0.99, 1.01)
@@ -122,7 +133,19 @@ def describe(module: AsyncRLModule, datamodule: RolloutDataModule) -> dict:
         "env": (type(rollouts.env), public(rollouts.env)),
         "rollouts": {
             key: getattr(rollouts, key)
-            for key in ("model_path", "group_size", "groups_per_batch", "max_version_gap", "max_concurrent_groups", "mode", "weight_sync_every", "temperature", "top_k", "engine_config", "seed")
+            for key in (
+                "model_path",
+                "group_size",
+                "groups_per_batch",
+                "max_version_gap",
+                "max_concurrent_groups",
+                "mode",
+                "weight_sync_every",
+                "temperature",
+                "top_k",
+                "engine_config",
+                "seed",
+            )
         },
         "buffer_capacity": rollouts.buffer.capacity,
     }
@@ -130,7 +153,9 @@ def describe(module: AsyncRLModule, datamodule: RolloutDataModule) -> dict:
 
 def test_cli_configs_are_generated_from_the_current_hydra_configs():
     for name, overrides in hydra_runs().items():
-        assert (Path(CONFIG_DIR) / "cli" / f"{name}.yaml").read_text() == render(name, overrides), f"run python -m lit_asyncrl.cli_configs ({name})"
+        assert (Path(CONFIG_DIR) / "cli" / f"{name}.yaml").read_text() == render(name, overrides), (
+            f"run python -m lit_asyncrl.cli_configs ({name})"
+        )
 
 
 @pytest.mark.parametrize("name", ["default", "snapshot", "ppo_ewma", "sync", "linear_prox_train_infer"])
@@ -139,8 +164,17 @@ def test_cli_config_builds_the_same_objects_as_hydra(name, tmp_path):
     cfg = compose_train([*overrides, f"hydra.run.dir={tmp_path}"])
     hydra_side = describe(instantiate(cfg.module, _convert_="all"), instantiate(cfg.data, _convert_="all"))
     cli = AsyncRLCLI(
-        AsyncRLModule, RolloutDataModule, run=False,
-        args=["--config", str(Path(CONFIG_DIR) / "cli" / f"{name}.yaml"), "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path)],
+        AsyncRLModule,
+        RolloutDataModule,
+        run=False,
+        args=[
+            "--config",
+            str(Path(CONFIG_DIR) / "cli" / f"{name}.yaml"),
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path),
+        ],
     )
     assert describe(cli.model, cli.datamodule) == hydra_side
     assert vars(cli.config_init["warm_start"]) == vars(instantiate(cfg.warm_start))

@@ -80,6 +80,7 @@ class EWMAReference(Callback):
 
         from asyncrl_callbacks import EWMAReference
 
+
         class Agent(LightningModule):
             def __init__(self):
                 super().__init__()
@@ -274,9 +275,7 @@ class EWMAReference(Callback):
         self._step_before_batch = trainer.global_step
 
     @override
-    def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
         """After an optimizer step: folds the new weights into the average, then counts the streak and resets.
 
         Batches without an optimizer step (gradient accumulation) change nothing. Lightning has no hook after
@@ -318,9 +317,7 @@ class EWMAReference(Callback):
         """Restores the average; a checkpoint without one starts it at the loaded weights, with a warning."""
         state = checkpoint.get(_CHECKPOINT_KEY, {}).get(self.state_key)
         if state is None:
-            rank_zero_warn(
-                f"The checkpoint has no EWMA average for {self.state_key}; the average starts at the loaded weights."
-            )
+            rank_zero_warn(f"The checkpoint has no EWMA average for {self.state_key}; the average starts at the loaded weights.")
         self._loaded = state or {}
         if self._target is not None:  # strategies that restore after `on_fit_start` (e.g. FSDP)
             self._restore_average()

@@ -56,7 +56,9 @@ class InterruptionSync(Callback):
         log_prefix: prefix of the logged metrics (``interrupt/stall_s``, ``interrupt/scored_tokens``).
     """
 
-    def __init__(self, rollouts: InterruptibleRollouts | None = None, module_attr: str | None = None, log_prefix: str = "interrupt/") -> None:
+    def __init__(
+        self, rollouts: InterruptibleRollouts | None = None, module_attr: str | None = None, log_prefix: str = "interrupt/"
+    ) -> None:
         self.rollouts = rollouts
         self.module_attr = module_attr
         self.log_prefix = log_prefix

@@ -13,14 +13,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from asyncrl_callbacks.snapshot_store import SnapshotStore, module_tensors
+from asyncrl_callbacks.version_shards import VersionShard, version_shards
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.func import functional_call
 from typing_extensions import override
-
-from asyncrl_callbacks.snapshot_store import SnapshotStore, module_tensors
-from asyncrl_callbacks.version_shards import VersionShard, version_shards
 
 #: ``score_fn(forward, rows) -> [len(rows), T]`` log-probs. ``forward(*args, **kwargs)`` calls the
 #: target module with the snapshot's weights; ``rows`` are the batch rows of the shard.
@@ -72,10 +71,12 @@ class SnapshotRetention(Callback):
         snapshots = SnapshotRetention(max_staleness=4, module_attr="policy")
         trainer = Trainer(callbacks=[snapshots])
 
+
         # LightningModule.training_step
         def score(forward, rows):  # forward runs self.policy with the snapshot's weights
             logits = forward(batch.input_ids[rows]).logits / temperature
             return logits.log_softmax(-1).gather(-1, batch.targets[rows, :, None]).squeeze(-1)
+
 
         ref_logprobs = snapshots.historical_logprobs(batch.token_versions, batch.loss_mask, score)
         ...
@@ -145,16 +146,12 @@ class SnapshotRetention(Callback):
         self.save_version(trainer.global_step)
 
     @override
-    def on_train_batch_start(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
         """Start this batch's stage metrics from zero."""
         self.metrics.update(dict.fromkeys(STAGE_METRICS, 0.0))
 
     @override
-    def on_train_batch_end(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save the version the optimizer step just made, then log the metrics."""
         # With gradient accumulation (or a skipped step) global_step has not moved: nothing new.
         if trainer.global_step != self.latest_version:
@@ -179,17 +176,13 @@ class SnapshotRetention(Callback):
         self.latest_version = state_dict.get("latest_version")
 
     @override
-    def on_save_checkpoint(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]
-    ) -> None:
+    def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
         """Write the snapshots when ``checkpoint_snapshots`` is set."""
         if self.checkpoint_snapshots:
             checkpoint[self._checkpoint_key] = {v: self.store.get(v) for v in self.store.versions}
 
     @override
-    def on_load_checkpoint(
-        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]
-    ) -> None:
+    def on_load_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
         """Read the snapshots back; a checkpoint without them leaves only the resumed version."""
         snapshots = checkpoint.get(self._checkpoint_key)
         if snapshots is None:
@@ -286,9 +279,7 @@ class SnapshotRetention(Callback):
 
     # ------------------------------------------------------------------------------- internals
 
-    def _shard_logprobs(
-        self, shard: VersionShard, module: nn.Module, score_fn: ScoreFn, current_logprobs: Tensor | None
-    ) -> Tensor:
+    def _shard_logprobs(self, shard: VersionShard, module: nn.Module, score_fn: ScoreFn, current_logprobs: Tensor | None) -> Tensor:
         if current_logprobs is not None and shard.version == self.latest_version:
             return current_logprobs.detach()[shard.rows.to(current_logprobs.device)]
         params = self._materialise(shard.version, module)
@@ -300,9 +291,7 @@ class SnapshotRetention(Callback):
         self.num_historical_forwards += 1
         expected = tuple(shard.token_mask.shape)
         if tuple(values.shape) != expected:
-            raise ValueError(
-                f"score_fn returned shape {tuple(values.shape)} for version {shard.version}, expected {expected}"
-            )
+            raise ValueError(f"score_fn returned shape {tuple(values.shape)} for version {shard.version}, expected {expected}")
         return values
 
     def _materialise(self, version: int, module: nn.Module) -> dict[str, Tensor]:
@@ -369,9 +358,7 @@ def _check_same_names(version: int, host: dict[str, Tensor], live: dict[str, Ten
     # functional_call would otherwise fall back to a live tensor for a name the snapshot lacks.
     if host.keys() != live.keys():
         missing, extra = sorted(live.keys() - host.keys()), sorted(host.keys() - live.keys())
-        raise ValueError(
-            f"snapshot of version {version} does not match the module: missing {missing}, unexpected {extra}"
-        )
+        raise ValueError(f"snapshot of version {version} does not match the module: missing {missing}, unexpected {extra}")
 
 
 def _synchronize(*devices: torch.device) -> None:

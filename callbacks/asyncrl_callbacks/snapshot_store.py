@@ -209,9 +209,7 @@ def _nbytes(tensors: Mapping[str, Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _check_budget_arguments(
-    max_staleness: int, max_resident: int | None, max_bytes: int | None, storage_dtype: torch.dtype | None
-) -> None:
+def _check_budget_arguments(max_staleness: int, max_resident: int | None, max_bytes: int | None, storage_dtype: torch.dtype | None) -> None:
     if not isinstance(max_staleness, int) or max_staleness < 0:
         raise ValueError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
     if max_resident is not None and max_resident < max_staleness + 1:

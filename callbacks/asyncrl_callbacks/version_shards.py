@@ -42,13 +42,12 @@ def version_shards(token_versions: Tensor, loss_mask: Tensor) -> list[VersionSha
 
         versions = torch.tensor([[0, 1], [1, 2], [2, 2]])
         shards = version_shards(versions, torch.ones(3, 2, dtype=torch.bool))
-        [s.version for s in shards]   # [0, 1, 2]
-        shards[1].rows                # tensor([0, 1])
+        [s.version for s in shards]  # [0, 1, 2]
+        shards[1].rows  # tensor([0, 1])
     """
     if token_versions.shape != loss_mask.shape:
         raise ValueError(
-            f"token_versions {tuple(token_versions.shape)} and loss_mask {tuple(loss_mask.shape)} "
-            "must have the same [B, T] shape"
+            f"token_versions {tuple(token_versions.shape)} and loss_mask {tuple(loss_mask.shape)} must have the same [B, T] shape"
         )
     loss_mask = loss_mask.bool()
     shards = []

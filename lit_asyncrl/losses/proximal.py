@@ -50,9 +50,7 @@ class InterpolatedProximal(LossStrategy):
     def proximal_logprobs(self, logprobs: Tensor, behavior_logprobs: Tensor, alpha: Tensor) -> Tensor:
         """``log pi_prox`` ``[B, T]``, detached."""
 
-    def discrepancy_correction(
-        self, log_proximal: Tensor, behavior_logprobs: Tensor
-    ) -> tuple[Tensor | None, Tensor | None]:
+    def discrepancy_correction(self, log_proximal: Tensor, behavior_logprobs: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Weight and mask from ``r_d``; None, None: Table 1 has ``r_d = 1`` without the train-infer mask."""
         return None, None
 

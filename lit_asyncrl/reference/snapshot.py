@@ -25,7 +25,13 @@ class SnapshotReference(ReferenceSource):
 
     exact = True
 
-    def __init__(self, max_staleness: int | None = None, max_resident: int | None = None, max_bytes: int | None = None, storage_dtype: str | None = None) -> None:
+    def __init__(
+        self,
+        max_staleness: int | None = None,
+        max_resident: int | None = None,
+        max_bytes: int | None = None,
+        storage_dtype: str | None = None,
+    ) -> None:
         self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = max_staleness, max_resident, max_bytes, storage_dtype
         self._retention = SnapshotRetention(
             max_staleness=max_staleness, module_attr="policy", max_resident=max_resident, max_bytes=max_bytes, storage_dtype=storage_dtype
@@ -59,7 +65,9 @@ class SnapshotReference(ReferenceSource):
             logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
             return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
 
-        ref_logprobs = self._retention.historical_logprobs(batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
+        ref_logprobs = self._retention.historical_logprobs(
+            batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach()
+        )
         # This batch is consumed: free every version no pending or in-flight token refers to.
         if self._rollouts is not None:
             self._retention.release_unreferenced(self._rollouts.live_versions())

@@ -118,9 +118,7 @@ class RolloutBuffer:
                     return taken
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(
-                        f"waited {timeout_s} s for {num_groups} rollout groups, have {len(self._groups)}"
-                    )
+                    raise TimeoutError(f"waited {timeout_s} s for {num_groups} rollout groups, have {len(self._groups)}")
                 self._condition.wait(remaining if remaining is not None else 1.0)
 
     def _drop_stale(self) -> None:

@@ -65,7 +65,9 @@ class DedicatedOldLogitModel:
         context = mp.get_context("spawn")
         self._loop = loop
         self._inbox, self._outbox = context.Queue(), context.Queue()
-        self._process = context.Process(target=_worker_main, args=(self.model_path, self._inbox, self._outbox, self.num_threads), daemon=True)
+        self._process = context.Process(
+            target=_worker_main, args=(self.model_path, self._inbox, self._outbox, self.num_threads), daemon=True
+        )
         self._process.start()
         self._reader = threading.Thread(target=self._read_replies, name="old-logit-replies", daemon=True)
         self._reader.start()

@@ -88,7 +88,9 @@ class VLLMRolloutService:
             self.engine = VLLMEngine(self.model_path, self.engine_config)
             self.engine.start(initial_version=version)
             if self._use_dedicated:
-                self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id)
+                self.dedicated = DedicatedOldLogitModel(
+                    self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id
+                )
                 self.dedicated.start(self.engine.loop)
                 self.dedicated.send_weights(weights, version)
             self.engine.push_weights(weights, version)

@@ -18,18 +18,25 @@ class RolloutStatsLogger(L.Callback):
 
     Args:
         rollouts: the service; None = the datamodule's `rollouts`.
+        required: fail when no service is found; False makes the callback do nothing then (the
+            module adds it that way, so it also trains on a DataModule of ready-made batches).
     """
 
-    def __init__(self, rollouts: RolloutService | None = None) -> None:
+    def __init__(self, rollouts: RolloutService | None = None, required: bool = True) -> None:
         self.rollouts = rollouts
+        self.required = required
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.rollouts is None:
-            self.rollouts = rollouts_of(trainer, "RolloutStatsLogger")
+            self.rollouts = rollouts_of(trainer, "RolloutStatsLogger", required=self.required)
 
     @override
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
+    ) -> None:
+        if self.rollouts is None:
+            return
         stats = self.rollouts.stats()
         pl_module.log_dict(stats, on_step=True, on_epoch=False, batch_size=1)
         shown = {label: stats[key] for key, label in PROGRESS_BAR.items() if key in stats}

@@ -20,25 +20,34 @@ class EngineWeightSync(L.Callback):
 
     Args:
         rollouts: the service; None = the datamodule's `rollouts`.
+        required: fail when no service is found; False makes the callback do nothing then (the
+            module adds it that way, so it also trains on a DataModule of ready-made batches).
         module_attr: dotted attribute of the LightningModule holding the policy whose weights are published.
     """
 
-    def __init__(self, rollouts: RolloutService | None = None, module_attr: str = "policy") -> None:
+    def __init__(self, rollouts: RolloutService | None = None, module_attr: str = "policy", required: bool = True) -> None:
         self.rollouts = rollouts
         self.module_attr = module_attr
+        self.required = required
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.rollouts is None:
-            self.rollouts = rollouts_of(trainer, "EngineWeightSync")
+            self.rollouts = rollouts_of(trainer, "EngineWeightSync", required=self.required)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.rollouts is None:
+            return
         # Not on_fit_start: a resumed global_step is only restored after that hook.
         self.rollouts.start(self._weights(pl_module), version=trainer.global_step)
 
     @override
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: STEP_OUTPUT, batch: object, batch_idx: int
+    ) -> None:
+        if self.rollouts is None:
+            return
         timings = self.rollouts.publish_weights(self._weights(pl_module), trainer.global_step)
         if timings:
             pl_module.log("rollout/weight_push_s", timings["write_s"] + timings["pause_s"], batch_size=1)

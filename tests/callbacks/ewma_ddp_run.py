@@ -37,8 +37,15 @@ def main(out: Path) -> None:
     ewma = EWMAReference(staleness_window="auto", module_attr="policy", tau=0.5, patience=2)
     model = SGDModel(values=VALUES, gaps=GAPS, ewmas=[ewma], rank_offset=True)
     trainer = Trainer(
-        accelerator="cpu", devices=2, strategy="ddp", max_steps=STEPS, callbacks=[ewma, SaveState(ewma, out)],
-        default_root_dir=out, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=STEPS,
+        callbacks=[ewma, SaveState(ewma, out)],
+        default_root_dir=out,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
         enable_model_summary=False,
     )
     trainer.fit(model, loader(n=4 * STEPS, batch_size=2))

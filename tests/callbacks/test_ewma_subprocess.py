@@ -24,7 +24,11 @@ def child_env() -> dict[str, str]:
 def test_ddp_ranks_hold_identical_averages(tmp_path):
     result = subprocess.run(
         [sys.executable, str(HERE / "ewma_ddp_run.py"), str(tmp_path)],
-        cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
@@ -75,7 +79,11 @@ BLOCKED_IMPORTS = textwrap.dedent(
 
 def test_callbacks_work_without_vllm_hydra_or_lit_asyncrl(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-c", BLOCKED_IMPORTS], cwd=tmp_path, env=child_env(), capture_output=True, text=True,
+        [sys.executable, "-c", BLOCKED_IMPORTS],
+        cwd=tmp_path,
+        env=child_env(),
+        capture_output=True,
+        text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]

@@ -4,11 +4,10 @@ import copy
 
 import pytest
 import torch
+from asyncrl_callbacks.snapshot import SnapshotRetention
 from lightning.pytorch import LightningModule, Trainer
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
-
-from asyncrl_callbacks.snapshot import SnapshotRetention
 
 VOCAB, WIDTH, TEMPERATURE = 11, 8, 0.7
 

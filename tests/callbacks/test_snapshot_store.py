@@ -5,10 +5,9 @@ import weakref
 
 import pytest
 import torch
-from torch import nn
-
 from asyncrl_callbacks.snapshot_store import SnapshotBudgetError, SnapshotStore, module_tensors
 from asyncrl_callbacks.version_shards import version_shards
+from torch import nn
 
 FP32_BYTES = (4 * 3 + 3) * 4  # Linear(4, 3): weight 12 + bias 3 floats
 

@@ -10,7 +10,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 #: A small run: 4 groups of 4 episodes per batch keeps each step well under a second on CPU.
-SMALL_RUN = ["rollout.group_size=4", "rollout.groups_per_batch=4", "rollout.buffer_capacity=32", "rollout.max_concurrent_groups=4", "model.warm_start_steps=5"]
+SMALL_RUN = [
+    "rollout.group_size=4",
+    "rollout.groups_per_batch=4",
+    "rollout.buffer_capacity=32",
+    "rollout.max_concurrent_groups=4",
+    "model.warm_start_steps=5",
+]
 
 
 def run_command(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
@@ -29,3 +35,11 @@ def read_rows(csv_path: Path) -> list[dict[str, float]]:
     with open(csv_path, newline="") as handle:
         rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
     return [row for row in rows if "train/task_success" in row]
+
+
+def read_warm_start(run_dir: Path) -> list[dict[str, float]]:
+    """The warm-start phase's rows (its own fit, logged to <run dir>/warm_start/metrics.csv)."""
+    (csv_path,) = run_dir.glob("**/warm_start/metrics.csv")
+    with open(csv_path, newline="") as handle:
+        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
+    return [row for row in rows if "warm_start/nll" in row]

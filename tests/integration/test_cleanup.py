@@ -153,3 +153,17 @@ def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path
     assert f"the dedicated old-logit worker (pid {worker}) exited with code -9" in output, output[-3000:]
     assert time.monotonic() - killed_at < 30
     run.assert_nothing_left()
+
+
+def test_a_dead_engine_fails_the_run_within_seconds_naming_it(tmp_path):
+    run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
+    run.wait_for(lambda: (tmp_path / "checkpoints" / "last.ckpt").exists(), "training steps")
+    engine_core = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
+    assert len(engine_core) == 1
+    os.kill(engine_core[0], signal.SIGKILL)
+    killed_at = time.monotonic()
+    code, output, _ = run.finish()
+    assert code != 0
+    assert "the vLLM engine died" in output, output[-3000:]
+    assert time.monotonic() - killed_at < 30
+    run.assert_nothing_left()

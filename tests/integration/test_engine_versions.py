@@ -1,7 +1,7 @@
 """The real engine: per-token versions across an in-place weight update, and mu against the trainer."""
 
 import asyncio
-import time
+import threading
 
 import pytest
 import torch
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.engine
 def trainer_logprobs(model, prompt, turn, temperature):
     ids = torch.tensor([prompt + turn.token_ids])
     with torch.no_grad():
-        return token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(prompt):]
+        return token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(prompt) :]
 
 
 def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(engine, tiny_model_path):
@@ -23,10 +23,17 @@ def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(engine,
     old_version = engine.version
     engine.push_weights(model.state_dict(), version=old_version)  # engine serves exactly `model`
     prompt, temperature = [1], 0.8
+    streamed, enough_old_tokens = [0], threading.Event()
+
+    def on_tokens(ids, logprobs):  # the swap waits for this event, not for a guessed delay
+        streamed[0] += len(ids)
+        if streamed[0] >= 20:
+            enough_old_tokens.set()
+
     pending = asyncio.run_coroutine_threadsafe(
-        engine.generate(prompt, max_tokens=200, temperature=temperature, ignore_eos=True), engine.loop
+        engine.generate(prompt, max_tokens=200, temperature=temperature, ignore_eos=True, on_tokens=on_tokens), engine.loop
     )
-    time.sleep(0.3)  # let some tokens be sampled by the old weights
+    assert enough_old_tokens.wait(60)  # 20 tokens sampled by the old weights
     new_model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     torch.manual_seed(1)
     with torch.no_grad():

@@ -4,14 +4,21 @@ import sys
 
 import pytest
 
-from tests.integration.runs import SMALL_RUN, read_rows, run_command, run_hydra
+from tests.integration.runs import SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
 
 pytestmark = pytest.mark.engine
 
 
 def test_hydra_run_trains_logs_and_plots(tmp_path):
-    run_hydra(["trainer.max_steps=5", f"hydra.run.dir={tmp_path}", *SMALL_RUN])
+    result = run_hydra(["trainer.max_steps=5", f"hydra.run.dir={tmp_path}", *SMALL_RUN])
     rows = read_rows(tmp_path / "metrics.csv")
+    # A quiet console: no vLLM reload warning or loading bar per weight push, no traceback at exit.
+    console = result.stdout + result.stderr
+    assert "Failed to load weights" not in console and "Loading safetensors" not in console
+    assert "Traceback" not in console and "Exception ignored" not in console
+    # The warm start is its own fit, logged apart; its NLL falls.
+    warm = read_warm_start(tmp_path)
+    assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]
     assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
     assert (tmp_path / "training_curves.png").stat().st_size > 10_000
     for row in rows:
@@ -35,23 +42,59 @@ def test_sync_mode_trains_on_policy(tmp_path):
 
 
 def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
-    run_command([
-        sys.executable, "-m", "lit_asyncrl.cli", "fit", "--config", "conf/cli/default.yaml",
-        "--trainer.max_steps", "3", "--trainer.logger.init_args.save_dir", str(tmp_path),
-        "--trainer.default_root_dir", str(tmp_path), "--data.group_size", "4", "--data.groups_per_batch", "4",
-        "--data.buffer_capacity", "32", "--model.warm_start_steps", "5",
-        "--model.loss", "decoupled_ppo", "--model.reference", "snapshot", "--model.reference_kwargs", '{"max_staleness": 3}',
-    ])
-    (csv_path,) = tmp_path.glob("**/metrics.csv")
+    run_command(
+        [
+            sys.executable,
+            "-m",
+            "lit_asyncrl.cli",
+            "fit",
+            "--config",
+            "conf/cli/default.yaml",
+            "--trainer.max_steps",
+            "3",
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path),
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--data.group_size",
+            "4",
+            "--data.groups_per_batch",
+            "4",
+            "--data.buffer_capacity",
+            "32",
+            "--warm_start.steps",
+            "5",
+            "--model.loss",
+            "DecoupledPPO",
+            "--model.loss.init_args.clip_bounds",
+            "[0.7, 1.4]",
+            "--model.reference",
+            "SnapshotReference",
+        ]
+    )
+    (csv_path,) = (path for path in tmp_path.glob("**/metrics.csv") if "warm_start" not in path.parts)
     rows = read_rows(csv_path)
     assert len(rows) == 3
     assert all(row["train/ref_behavior_logratio_absmax"] < 1e-4 for row in rows)  # exact pi_old via the CLI
     assert all("snapshot/resident" in row for row in rows)
     assert (csv_path.parent / "training_curves.png").exists()
+    warm = read_warm_start(tmp_path)
+    assert len(warm) == 5  # the warm start ran as its own fit, before RL (which starts at step 0)
+    assert rows[0]["step"] == 0
 
 
 def test_hydra_multirun_over_two_losses(tmp_path):
-    run_hydra(["-m", "loss=ppo_clip_train_infer,decoupled_ppo", "reference=async_recompute", "trainer.max_steps=2", f"hydra.sweep.dir={tmp_path}", *SMALL_RUN], timeout_s=900)
+    run_hydra(
+        [
+            "-m",
+            "loss=ppo_clip_train_infer,decoupled_ppo",
+            "reference=async_recompute",
+            "trainer.max_steps=2",
+            f"hydra.sweep.dir={tmp_path}",
+            *SMALL_RUN,
+        ],
+        timeout_s=900,
+    )
     csv_paths = sorted(tmp_path.glob("*/metrics.csv"))
     assert len(csv_paths) == 2
     assert all(len(read_rows(path)) == 2 for path in csv_paths)
@@ -59,12 +102,15 @@ def test_hydra_multirun_over_two_losses(tmp_path):
 
 def test_resume_labels_rollouts_with_the_restored_version(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
-    run_hydra(["trainer.max_steps=3", f"hydra.run.dir={first}", *SMALL_RUN])
-    (checkpoint,) = (first / "checkpoints").glob("*.ckpt")
+    run_hydra(["trainer.max_steps=3", "checkpoint_every=2", f"hydra.run.dir={first}", *SMALL_RUN])
+    # A periodic checkpoint (every 2 steps, the latest kept) and the final state in last.ckpt.
+    assert sorted(path.name for path in (first / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=2.ckpt"]
+    checkpoint = first / "checkpoints" / "last.ckpt"
     # Quoted: the checkpoint's file name contains '='.
     run_hydra(["trainer.max_steps=5", f"ckpt_path='{checkpoint}'", f"hydra.run.dir={second}", *SMALL_RUN])
     rows = read_rows(second / "metrics.csv")
     assert [row["step"] for row in rows] == [3, 4]
+    assert not (second / "warm_start").exists()  # no second warm start on resume
     # The engine starts from the restored weights labelled version 3, never version 0: the first
     # resumed batch is on-policy (gap 0) and pi_theta / mu is 1 up to noise.
     assert rows[0]["train/version_gap_max"] == 0

@@ -1,7 +1,7 @@
 """Exact pi_old routes on one partial episode that spans three weight versions (real engine)."""
 
 import asyncio
-import time
+import threading
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ from asyncrl_callbacks import SnapshotRetention
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
-from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
+from lit_asyncrl.rollout.old_logits import attach, collect_unscored, model_score_fn, score_requests
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
 
@@ -35,7 +35,7 @@ def interrupt_and_score(engine, trajectory, model, version):
         return collect_unscored([trajectory])
 
     requests = engine.run(collect())
-    scores = score_requests(model, requests, temperature=TEMPERATURE, top_k=-1, pad_id=0)
+    scores = score_requests(model_score_fn(model), requests, temperature=TEMPERATURE, top_k=-1, pad_id=0)
 
     async def write_back():
         return attach(requests, scores, version)
@@ -59,15 +59,24 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
     for record in (trajectory, dedicated_trajectory):
         record.extend_context([1])
 
+    streamed = threading.Condition()
+
     def on_tokens(ids, logprobs):
         for record in (trajectory, dedicated_trajectory):
             record.extend_policy(ids, logprobs, [engine.version] * len(ids))
+        with streamed:
+            streamed.notify_all()
+
+    def wait_for_tokens(count: int) -> None:
+        """Each swap waits until the turn has streamed `count` tokens (an event, not a delay)."""
+        with streamed:
+            assert streamed.wait_for(lambda: len(trajectory.token_ids) - 1 >= count, timeout=60)
 
     pending = asyncio.run_coroutine_threadsafe(
         engine.generate([1], max_tokens=240, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens), engine.loop
     )
     for step in (1, 2):
-        time.sleep(0.25)
+        wait_for_tokens(40 * step)
         # Before version base+step-1 is replaced: score its tokens with its still-resident weights
         # (interruption-sync), and hand them to the dedicated worker before it moves on.
         interrupt_and_score(engine, trajectory, models[step - 1], base + step - 1)

@@ -6,7 +6,14 @@ from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
 #: Staleness needs the engine ahead of the trainer: more groups in flight than one batch.
-STALE_RUN = ["trainer.max_steps=8", *SMALL_RUN, "rollout.max_concurrent_groups=8"]
+#: 30 warm-start steps (as in the default run): the policy then writes valid guesses often enough
+#: that groups have non-zero advantages, so the weights move between versions.
+STALE_RUN = [
+    "trainer.max_steps=8",
+    *[o for o in SMALL_RUN if not o.startswith("model.warm_start_steps")],
+    "model.warm_start_steps=30",
+    "rollout.max_concurrent_groups=8",
+]
 
 
 def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
@@ -45,13 +52,23 @@ def test_async_recompute_reference_absorbs_staleness_into_r_d(tmp_path):
     assert max(row["train/ref_behavior_logratio_absmax"] for row in stale) > 1e-3
 
 
-def test_ppo_ewma_run_logs_the_reset_metrics(tmp_path):
-    run_hydra(["experiment=ppo_ewma", "trainer.max_steps=10", f"hydra.run.dir={tmp_path}", *SMALL_RUN])
+def test_ppo_ewma_starts_from_the_warmed_up_weights_and_logs_its_state(tmp_path):
+    run_hydra(["experiment=ppo_ewma", "trainer.max_steps=10", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
     rows = read_rows(tmp_path / "metrics.csv")
     assert len(rows) == 10
-    with open(tmp_path / "metrics.csv") as handle:
-        header = handle.readline()
-    assert "reference/ewma_resets" in header and "reference/low_mask_streak" in header
+    # Step 0: the average holds only the weights the RL fit starts with, which sampled every token
+    # (gap 0, fp32 engine), so pi_ewma == mu. Had it started before the warm start, it would be the
+    # random initialisation and differ by far more.
+    assert rows[0]["train/version_gap_max"] == 0
+    assert rows[0]["train/ref_behavior_logratio_absmax"] < 1e-4
+    # Later the average mixes versions, so it is no longer the sampling policy of stale tokens.
+    assert max(row["train/ref_behavior_logratio_absmax"] for row in rows[1:]) > 1e-4
+    for row in rows:
+        assert row["reference/ewma_beta"] == 0.75  # the experiment's fixed decay
+        assert 0 <= row["reference/low_mask_streak"] <= 3 and row["reference/low_mask_streak"].is_integer()
+        assert row["reference/ewma_resets"].is_integer()
+    resets = [row["reference/ewma_resets"] for row in rows]
+    assert resets == sorted(resets)  # a running count
 
 
 def test_interrupt_sync_reference_gives_exact_old_logprobs(tmp_path):

@@ -102,4 +102,3 @@ def test_bounds_table_rejects_invalid_bounds(capsys):
         main(["--clip-bounds", "1.2", "0.8"])
     assert error.value.code == 2
     assert "clip_bounds" in capsys.readouterr().err
-

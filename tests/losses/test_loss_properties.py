@@ -18,6 +18,7 @@ LOGPROB = st.floats(-6.0, -0.01, allow_nan=False)
 # no subnormal advantages: their gradient underflows to 0 without any mask involved
 ADVANTAGE = st.one_of(st.just(0.0), st.floats(0.01, 3.0), st.floats(-3.0, -0.01))
 
+
 @st.composite
 def batches(draw, shape=None):
     batch, length = draw(SHAPES) if shape is None else shape
@@ -163,9 +164,7 @@ def test_every_strategy_has_an_independent_oracle():
 @pytest.mark.parametrize("name", ORACLE_NAMES)
 @SETTINGS
 @given(inputs=batches(), clip_bounds=ORACLE_BOUNDS, discrepancy_bounds=ORACLE_BOUNDS, drop_reference=st.booleans())
-def test_masks_and_zero_gradients_match_an_oracle_computed_from_the_inputs(
-    name, inputs, clip_bounds, discrepancy_bounds, drop_reference
-):
+def test_masks_and_zero_gradients_match_an_oracle_computed_from_the_inputs(name, inputs, clip_bounds, discrepancy_bounds, drop_reference):
     if drop_reference and name in OPTIONAL_REFERENCE:
         inputs.ref_logprobs = None
     parameters = inspect.signature(loss_class(name)).parameters

@@ -229,3 +229,29 @@ def test_version_gaps_are_trainer_version_minus_token_versions():
 
 def test_rollout_service_fake_satisfies_protocol():
     assert isinstance(FakeRollouts(), RolloutService)
+
+
+class PlainDataModule(L.LightningDataModule):
+    """Ready-made batches and no rollout service at all."""
+
+    def __init__(self, batches: list[dict]) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.batches, batch_size=None, num_workers=0)
+
+
+def test_the_module_trains_on_any_datamodule_that_yields_the_schema():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    before = module.policy.model.embed_tokens.weight.detach().clone()
+    metrics = StepMetrics()
+    trainer = make_trainer(2, [metrics])
+    trainer.fit(
+        module,
+        datamodule=PlainDataModule([make_batch(all_version(0), [1.0, 0.0, 0.0, 0.0]), make_batch(all_version(0), [1.0, 1.0, 0.0, 0.0])]),
+    )
+    assert trainer.global_step == 2
+    assert [step["train/task_success"] for step in metrics.per_step] == [0.25, 0.5]
+    assert not torch.equal(module.policy.model.embed_tokens.weight, before)  # it did train
