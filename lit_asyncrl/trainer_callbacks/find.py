@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lightning as L
+from typing_extensions import override
 
 from lit_asyncrl.rollout.service import RolloutService
 
@@ -19,3 +20,22 @@ def rollouts_of(trainer: L.Trainer, who: str, required: bool = True) -> RolloutS
             f"`rollouts` implements lit_asyncrl.rollout.service.RolloutService (got {type(trainer.datamodule).__name__})"
         )
     return rollouts
+
+
+class ServiceCallback(L.Callback):
+    """A callback that acts on a rollout service: the one given, or the datamodule's `rollouts`.
+
+    Args:
+        rollouts: the service; None = the datamodule's `rollouts`.
+        required: fail when no service is found; False makes the callback do nothing then (the
+            module adds its callbacks that way, so it also trains on a DataModule of ready-made batches).
+    """
+
+    def __init__(self, rollouts: RolloutService | None = None, required: bool = True) -> None:
+        self.rollouts = rollouts
+        self.required = required
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.rollouts is None:
+            self.rollouts = rollouts_of(trainer, type(self).__name__, required=self.required)

@@ -6,30 +6,17 @@ import lightning as L
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from lit_asyncrl.rollout.service import RolloutService
-from lit_asyncrl.trainer_callbacks.find import rollouts_of
+from lit_asyncrl.trainer_callbacks.find import ServiceCallback
 
 #: Progress-bar label of each statistic shown there.
 PROGRESS_BAR = {"rollout/queue_depth": "queue", "rollout/tokens_per_s": "tok/s"}
 
 
-class RolloutStatsLogger(L.Callback):
+class RolloutStatsLogger(ServiceCallback):
     """`rollout/*` (queue, accounting produced = trained + dropped + pending, tokens/s) and `dedicated/*`.
 
-    Args:
-        rollouts: the service; None = the datamodule's `rollouts`.
-        required: fail when no service is found; False makes the callback do nothing then (the
-            module adds it that way, so it also trains on a DataModule of ready-made batches).
+    Args: see `ServiceCallback`.
     """
-
-    def __init__(self, rollouts: RolloutService | None = None, required: bool = True) -> None:
-        self.rollouts = rollouts
-        self.required = required
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.rollouts is None:
-            self.rollouts = rollouts_of(trainer, "RolloutStatsLogger", required=self.required)
 
     @override
     def on_train_batch_end(

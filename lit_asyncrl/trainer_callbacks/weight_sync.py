@@ -9,31 +9,23 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from lit_asyncrl.rollout.service import RolloutService
-from lit_asyncrl.trainer_callbacks.find import rollouts_of
+from lit_asyncrl.trainer_callbacks.find import ServiceCallback
 
 
-class EngineWeightSync(L.Callback):
+class EngineWeightSync(ServiceCallback):
     """The weight version is `trainer.global_step`: the number of optimizer steps taken.
 
     The service decides from its `weight_sync_every` which versions it pushes to generation; it
     hears of every version so that it can drop groups past its staleness cap.
 
     Args:
-        rollouts: the service; None = the datamodule's `rollouts`.
-        required: fail when no service is found; False makes the callback do nothing then (the
-            module adds it that way, so it also trains on a DataModule of ready-made batches).
+        rollouts, required: see `ServiceCallback`.
         module_attr: dotted attribute of the LightningModule holding the policy whose weights are published.
     """
 
     def __init__(self, rollouts: RolloutService | None = None, module_attr: str = "policy", required: bool = True) -> None:
-        self.rollouts = rollouts
+        super().__init__(rollouts, required)
         self.module_attr = module_attr
-        self.required = required
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self.rollouts is None:
-            self.rollouts = rollouts_of(trainer, "EngineWeightSync", required=self.required)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

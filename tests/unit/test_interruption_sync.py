@@ -16,6 +16,8 @@ from asyncrl_callbacks import InterruptibleRollouts, InterruptionSync
 from torch import nn
 from torch.utils.data import DataLoader
 
+from tests.unit.lightning_helpers import StepMetrics, make_trainer
+
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",
     "ignore:.*GPU available but not used.*",
@@ -68,27 +70,6 @@ class FakeRollouts:
 
     def resume(self) -> None:
         self.calls.append(("resume",))
-
-
-class StepMetrics(L.Callback):
-    def __init__(self) -> None:
-        self.per_step: list[dict[str, float]] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.per_step.append({key: float(value) for key, value in trainer.callback_metrics.items()})
-
-
-def make_trainer(steps: int, callbacks: list[L.Callback]) -> L.Trainer:
-    return L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-    )
 
 
 def data(steps: int) -> DataLoader:

@@ -18,6 +18,7 @@ from lit_asyncrl.losses import PPOClip
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.scoring import token_logprobs
+from tests.unit.lightning_helpers import StepMetrics, make_trainer
 
 TEMPERATURE, TOP_K = 1.0, -1
 
@@ -79,29 +80,6 @@ class ListDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.batches, batch_size=None, num_workers=0)
-
-
-class StepMetrics(L.Callback):
-    """Copies the trainer's callback metrics at the end of each training batch."""
-
-    def __init__(self) -> None:
-        self.per_step: list[dict[str, float]] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.per_step.append({key: float(value) for key, value in trainer.callback_metrics.items()})
-
-
-def make_trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
-    return L.Trainer(
-        max_steps=max_steps,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-    )
 
 
 # Four right-padded episodes of length <= 6. Policy tokens (loss_mask) per row:

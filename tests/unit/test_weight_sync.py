@@ -13,6 +13,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from lit_asyncrl.trainer_callbacks import EngineWeightSync
+from tests.unit.lightning_helpers import StepMetrics, make_trainer
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",
@@ -64,27 +65,10 @@ class AfterStepWeights(L.Callback):
         self.values.append(pl_module.policy.weight.item())
 
 
-class StepMetrics(L.Callback):
-    def __init__(self) -> None:
-        self.per_step: list[dict[str, float]] = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.per_step.append({key: float(value) for key, value in trainer.callback_metrics.items()})
-
-
 def fit(rollouts: FakeRollouts, steps: int = 3) -> tuple[L.Trainer, AfterStepWeights, StepMetrics]:
     after, metrics = AfterStepWeights(), StepMetrics()
     # The sync callback comes first, so the recorders run after it has logged.
-    trainer = L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[EngineWeightSync(rollouts=rollouts), after, metrics],
-    )
+    trainer = make_trainer(steps, [EngineWeightSync(rollouts=rollouts), after, metrics])
     data = DataLoader([torch.tensor(1.0)] * steps, batch_size=None)
     trainer.fit(ScalarPolicyModule(), train_dataloaders=data)
     return trainer, after, metrics
