@@ -123,9 +123,20 @@ class VLLMEngine:
         self._llm = AsyncLLM.from_engine_args(args)
         await self._llm.update_weight_version(str(self.version))
 
-    def shutdown(self) -> None:
-        """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice."""
+    def shutdown(self, startup_timeout_s: float = 300.0) -> None:
+        """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice.
+
+        Called while the engine is still starting (e.g. a signal during `start`), it first lets
+        the start finish: vLLM's engine creation cannot be interrupted half-way, and shutting down
+        a half-made engine from its own loop would cancel the start and strand the shutdown.
+        """
         try:
+            if self._thread is not None and not self._started.wait(startup_timeout_s):
+                raise TimeoutError(f"the vLLM engine neither started nor failed within {startup_timeout_s} s")
+            if self._loop is not None and not self._loop.is_running() and self._llm is not None:
+                # The start failed after the engine was made: shut it down here, no loop to use.
+                llm, self._llm = self._llm, None
+                llm.shutdown()
             if self._loop is not None and self._loop.is_running():
                 # Shut the engine down from its own loop, output handler first, so nothing in the
                 # loop is left reading from a dead engine core.

@@ -71,6 +71,10 @@ class Run:
         """vLLM's engine-core process and its worker are up."""
         return sum(b"VLLM::" in _cmdline(pid) for pid in self.track()) >= 2
 
+    def weights_pushed(self) -> bool:
+        """The service has started: the first weight push wrote its file in the engine's temp dir."""
+        return any((SHM / name / "model.safetensors").exists() for name in engine_temp_dirs() - self.temp_dirs_before)
+
     def worker_pids(self) -> list[int]:
         """Spawned multiprocessing children (the dedicated old-logit worker)."""
         return [pid for pid in self.track() if b"spawn_main" in _cmdline(pid)]
@@ -121,8 +125,8 @@ def test_an_environment_that_raises_fails_the_run_and_cleans_up(tmp_path):
 def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_path, signum, expected_code):
     # Every environment answer takes 0.5 s: the trainer is waiting for its first batch when the signal comes.
     run = Run(["env._target_=tests.integration.faulty_env.SlowGuessNumberEnv", "+env.delay_s=0.5", "trainer.max_steps=5"], tmp_path)
-    run.wait_for(run.engine_serving, "engine start")
-    time.sleep(5)  # past the service start: the producer is generating, the trainer blocks in next_batch
+    run.wait_for(run.weights_pushed, "the service start")
+    time.sleep(2)  # the producer is generating, the trainer blocks in next_batch
     assert not (tmp_path / "metrics.csv").exists()
     run.process.send_signal(signum)
     code, output, seconds = run.finish()
@@ -132,9 +136,20 @@ def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_pa
     run.assert_nothing_left()
 
 
+def test_sigterm_while_the_engine_starts_exits_and_cleans_up(tmp_path):
+    run = Run(["trainer.max_steps=5"], tmp_path)
+    run.wait_for(run.engine_serving, "vLLM's processes")
+    assert not run.weights_pushed()  # still inside the engine's start
+    run.process.send_signal(signal.SIGTERM)
+    code, output, seconds = run.finish()
+    assert code == 143, output[-3000:]
+    assert seconds < 30
+    run.assert_nothing_left()
+
+
 def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
     run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for(lambda: (tmp_path / "checkpoints" / "last.ckpt").exists(), "training steps")
+    run.wait_for(lambda: any((tmp_path / "checkpoints").glob("step=*.ckpt")), "training steps")
     run.process.send_signal(signal.SIGTERM)
     code, output, seconds = run.finish()
     assert code == 143, output[-3000:]
@@ -144,7 +159,7 @@ def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
 
 def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for(lambda: (tmp_path / "checkpoints" / "last.ckpt").exists(), "training steps")
+    run.wait_for(lambda: any((tmp_path / "checkpoints").glob("step=*.ckpt")), "training steps")
     (worker,) = run.worker_pids()
     os.kill(worker, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -157,7 +172,7 @@ def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path
 
 def test_a_dead_engine_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for(lambda: (tmp_path / "checkpoints" / "last.ckpt").exists(), "training steps")
+    run.wait_for(lambda: any((tmp_path / "checkpoints").glob("step=*.ckpt")), "training steps")
     engine_core = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
     assert len(engine_core) == 1
     os.kill(engine_core[0], signal.SIGKILL)
