@@ -186,7 +186,8 @@ class VLLMEngine:
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
         """Run a coroutine on the engine loop from another thread and wait for its result.
 
-        Raises `EngineDeadError` within about a second if the engine dies while waiting.
+        Raises `EngineDeadError` within about a second if the engine dies while waiting, and in
+        place of whatever a dead engine's call raised (vLLM's own errors name no part).
         """
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -195,13 +196,18 @@ class VLLMEngine:
             try:
                 return future.result(wait_s)
             except concurrent.futures.TimeoutError:
-                reason = self.dead_reason()
-                if reason is not None:
-                    future.cancel()
-                    raise EngineDeadError(f"the vLLM engine died: {reason}") from None
                 if deadline is not None and time.monotonic() >= deadline:
                     future.cancel()
                     raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
+                error = None
+            except Exception as raised:
+                error = raised
+            reason = self.dead_reason()
+            if reason is not None:
+                future.cancel()
+                raise EngineDeadError(f"the vLLM engine died: {reason}") from error
+            if error is not None:
+                raise error
 
     # -- generation (called inside the engine loop) ------------------------------------------
     async def generate(
