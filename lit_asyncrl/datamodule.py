@@ -25,15 +25,9 @@ class RolloutDataModule(L.LightningDataModule):
 
     Args:
         model_path: local Hugging Face model folder the engine serves; None = built-in tiny policy.
-        env: the task; episodes of one instance form a group of `group_size` (GRPO advantages).
-        groups_per_batch: groups per training batch (B = groups_per_batch * group_size episodes).
-        max_version_gap: groups with a token more than this many versions behind are dropped.
-        buffer_capacity: most episodes pending or being generated; the engine waits beyond it.
-        max_concurrent_groups: groups generated at once.
-        mode: "async" (generation never waits for training) or "sync" (one batch per version).
-        weight_sync_every: push weights to the engine every this many optimizer steps.
-        temperature, top_k: sampling; the trainer scores with the same values (they ride in the batch).
-        dtype, max_model_len, kv_cache_fraction: engine settings.
+        env: the task (None = guess-the-number).
+        group_size ... top_k, seed: the rollout settings, documented on `VLLMRolloutService`.
+        dtype, max_model_len, kv_cache_fraction: engine settings (`EngineConfig`).
         engine_log_level: vLLM's log level ("ERROR" hides its per-push lines; "INFO" shows all).
         batch_timeout_s: how long the trainer waits for a batch before failing loudly.
     """
