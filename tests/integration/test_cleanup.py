@@ -95,6 +95,18 @@ class Run:
         output, _ = self.process.communicate(timeout=timeout_s)
         return self.process.returncode, output, time.monotonic() - start
 
+    def wait_for_training(self) -> None:
+        """Until the first periodic checkpoint (the runs use checkpoint_every=1): steps are being taken."""
+        self.wait_for(lambda: any((self.run_dir / "checkpoints").glob("step=*.ckpt")), "training steps")
+
+    def assert_stops(self, since: float, code: int | None = None, says: str | None = None) -> None:
+        """The run exits within 30 s of `since` (with `code`, or any failure), printing `says`, leaving nothing."""
+        exit_code, output, _ = self.finish()
+        assert exit_code == code if code is not None else exit_code != 0, output[-3000:]
+        assert says is None or says in output, output[-3000:]
+        assert time.monotonic() - since < 30
+        self.assert_nothing_left()
+
     def assert_nothing_left(self) -> None:
         assert self.descendants, "no child process was ever seen"
         deadline = time.monotonic() + 10  # orphans get a moment to finish exiting
@@ -141,44 +153,27 @@ def test_sigterm_while_the_engine_starts_exits_and_cleans_up(tmp_path):
     run.wait_for(run.engine_serving, "vLLM's processes")
     assert not run.weights_pushed()  # still inside the engine's start
     run.process.send_signal(signal.SIGTERM)
-    code, output, seconds = run.finish()
-    assert code == 143, output[-3000:]
-    assert seconds < 30
-    run.assert_nothing_left()
+    run.assert_stops(time.monotonic(), code=143)
 
 
 def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
     run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for(lambda: any((tmp_path / "checkpoints").glob("step=*.ckpt")), "training steps")
+    run.wait_for_training()
     run.process.send_signal(signal.SIGTERM)
-    code, output, seconds = run.finish()
-    assert code == 143, output[-3000:]
-    assert seconds < 30
-    run.assert_nothing_left()
+    run.assert_stops(time.monotonic(), code=143)
 
 
 def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for(lambda: any((tmp_path / "checkpoints").glob("step=*.ckpt")), "training steps")
+    run.wait_for_training()
     (worker,) = run.worker_pids()
     os.kill(worker, signal.SIGKILL)
-    killed_at = time.monotonic()
-    code, output, _ = run.finish()
-    assert code != 0
-    assert f"the dedicated old-logit worker (pid {worker}) exited with code -9" in output, output[-3000:]
-    assert time.monotonic() - killed_at < 30
-    run.assert_nothing_left()
+    run.assert_stops(time.monotonic(), says=f"the dedicated old-logit worker (pid {worker}) exited with code -9")
 
 
 def test_a_dead_engine_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for(lambda: any((tmp_path / "checkpoints").glob("step=*.ckpt")), "training steps")
-    engine_core = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
-    assert len(engine_core) == 1
-    os.kill(engine_core[0], signal.SIGKILL)
-    killed_at = time.monotonic()
-    code, output, _ = run.finish()
-    assert code != 0
-    assert "the vLLM engine died" in output, output[-3000:]
-    assert time.monotonic() - killed_at < 30
-    run.assert_nothing_left()
+    run.wait_for_training()
+    (engine_core,) = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
+    os.kill(engine_core, signal.SIGKILL)
+    run.assert_stops(time.monotonic(), says="the vLLM engine died")
