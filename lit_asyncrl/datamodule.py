@@ -30,6 +30,11 @@ class RolloutDataModule(L.LightningDataModule):
         dtype, max_model_len, kv_cache_fraction: engine settings (`EngineConfig`).
         engine_log_level: vLLM's log level ("ERROR" hides its per-push lines; "INFO" shows all).
         batch_timeout_s: how long the trainer waits for a batch before failing loudly.
+        eval_instances: held-out instances per validation (fewer if the task's held-out split is
+            smaller; guess-the-number holds out 2 secrets). They never appear in training.
+        eval_samples: sampled episodes per held-out instance (n); one greedy episode is added.
+        eval_k: the k of avg@k and pass@k (pass@k uses the unbiased estimator from n >= k samples).
+        eval_timeout_s: most seconds one validation chunk may take.
     """
 
     def __init__(
@@ -51,14 +56,21 @@ class RolloutDataModule(L.LightningDataModule):
         engine_log_level: str = "ERROR",
         seed: int = 0,
         batch_timeout_s: float = 600.0,
+        eval_instances: int = 32,
+        eval_samples: int = 8,
+        eval_k: int = 4,
+        eval_timeout_s: float = 600.0,
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
+        _validate_eval(eval_instances, eval_samples, eval_k)
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
         self.env = env if env is not None else GuessNumberEnv()
         self.batch_timeout_s = batch_timeout_s
+        self.eval_instances = self.env.held_out_instances(eval_instances, seed=seed)
+        self.eval_samples, self.eval_k, self.eval_timeout_s = eval_samples, eval_k, eval_timeout_s
         engine_config = EngineConfig(
             dtype=dtype, max_model_len=max_model_len, kv_cache_fraction=kv_cache_fraction, seed=seed, log_level=engine_log_level
         )
@@ -82,6 +94,11 @@ class RolloutDataModule(L.LightningDataModule):
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.
         return DataLoader(_ServiceStream(self.rollouts, self.batch_timeout_s), batch_size=None, num_workers=0)
 
+    def val_dataloader(self) -> DataLoader:
+        # Held-out instances in chunks (a progress-bar tick each), played at validation time.
+        evaluation = _HeldOutEvaluation(self.rollouts, self.eval_instances, self.eval_samples, self.eval_k, self.eval_timeout_s)
+        return DataLoader(evaluation, batch_size=None, num_workers=0)
+
     def teardown(self, stage: str) -> None:
         self.rollouts.close()
 
@@ -97,6 +114,32 @@ class _ServiceStream(IterableDataset):
     def __iter__(self) -> Iterator[dict]:
         while True:
             yield self.rollouts.next_batch(self.timeout_s)
+
+
+class _HeldOutEvaluation(IterableDataset):
+    """Yields, per chunk of held-out instances, what the service's `evaluate` played, plus `k`."""
+
+    chunk_size = 8
+
+    def __init__(self, rollouts: RolloutService, instances: list, samples: int, k: int, timeout_s: float) -> None:
+        self.rollouts, self.instances, self.samples, self.k, self.timeout_s = rollouts, instances, samples, k, timeout_s
+
+    def __len__(self) -> int:
+        return -(-len(self.instances) // self.chunk_size)
+
+    def __iter__(self) -> Iterator[dict]:
+        for start in range(0, len(self.instances), self.chunk_size):
+            chunk = self.instances[start : start + self.chunk_size]
+            yield {**self.rollouts.evaluate(chunk, self.samples, self.timeout_s), "k": self.k}
+
+
+def _validate_eval(eval_instances: int, eval_samples: int, eval_k: int) -> None:
+    if eval_instances < 1:
+        raise ValueError(f"data.eval_instances must be >= 1, got {eval_instances}")
+    if eval_k < 1:
+        raise ValueError(f"data.eval_k must be >= 1, got {eval_k}")
+    if eval_samples < eval_k:
+        raise ValueError(f"data.eval_samples={eval_samples} must be >= data.eval_k={eval_k} (pass@k needs n >= k samples)")
 
 
 def _validate(

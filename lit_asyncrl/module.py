@@ -10,6 +10,7 @@ import lightning as L
 import torch
 from torchmetrics import MeanMetric
 
+from lit_asyncrl.eval_metrics import AvgAtK, PassAtK
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.reference import NoReference, ReferenceSource
@@ -54,6 +55,8 @@ class AsyncRLModule(L.LightningModule):
         self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
         self.policy.train()  # from_pretrained returns eval mode
         self.task_success = MeanMetric()
+        # Held-out metrics, made at the first validation batch (k comes with the batch).
+        self.eval_metrics = torch.nn.ModuleDict()
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
 
@@ -95,6 +98,36 @@ class AsyncRLModule(L.LightningModule):
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
         self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs, step_s)
         return loss
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        """Held-out episodes played by the data side (`success` [N, n], `greedy_success` [N], `k`)."""
+        k = int(batch["k"])
+        if not self.eval_metrics:
+            self.eval_metrics.update({"avg": AvgAtK(), "pass": PassAtK(k), "greedy": MeanMetric()})
+            self.eval_metrics.to(self.device)
+        self.eval_metrics["avg"](batch["success"])
+        self.eval_metrics["pass"](batch["success"])
+        self.eval_metrics["greedy"](batch["greedy_success"])
+        size = batch["success"].shape[0]
+        self.log(f"val/avg@{k}", self.eval_metrics["avg"], batch_size=size, prog_bar=True)
+        self.log(f"val/pass@{k}", self.eval_metrics["pass"], batch_size=size)
+        self.log("val/greedy_success", self.eval_metrics["greedy"], batch_size=size)
+
+    def on_validation_epoch_end(self) -> None:
+        # Lightning logs nothing while sanity checking; with num_sanity_val_steps=-1 that check is
+        # the whole held-out evaluation before the first RL step (after the warm start): keep it.
+        if self.trainer.sanity_checking and self.eval_metrics:
+            k = self.eval_metrics["pass"].k
+            values = {
+                f"val/avg@{k}": float(self.eval_metrics["avg"].compute()),
+                f"val/pass@{k}": float(self.eval_metrics["pass"].compute()),
+                "val/greedy_success": float(self.eval_metrics["greedy"].compute()),
+            }
+            for logger in self.loggers:
+                logger.log_metrics(values, step=self.global_step)
+
+    def on_validation_end(self) -> None:
+        self._last_step_start = None  # the next step's wall time must not include the evaluation
 
     def _log_step(
         self,

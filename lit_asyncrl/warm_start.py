@@ -18,8 +18,10 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.rollout.env_calls import call_blocking
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
+from lit_asyncrl.text import encode_text
 
 
 def demonstration_trajectories(env: Environment, tokenizer: Any, num_episodes: int, rng: random.Random) -> list[Trajectory]:
@@ -28,11 +30,12 @@ def demonstration_trajectories(env: Environment, tokenizer: Any, num_episodes: i
     for _ in range(num_episodes):
         instance = env.sample_instance(rng)
         trajectory = Trajectory(group_id=-1)
-        trajectory.extend_context([tokenizer.bos_token_id, *tokenizer.encode(env.new_episode(instance).reset(), add_special_tokens=False)])
+        first_observation = call_blocking(env.new_episode(instance).reset, rng.getrandbits(31))
+        trajectory.extend_context([tokenizer.bos_token_id, *encode_text(tokenizer, first_observation, f"{type(env).__name__}.reset")])
         for action, observation in env.demonstration(instance):
-            action_ids = tokenizer.encode(action, add_special_tokens=False)
+            action_ids = encode_text(tokenizer, action, f"{type(env).__name__}.demonstration")
             trajectory.extend_policy(action_ids, [0.0] * len(action_ids), [0] * len(action_ids))
-            trajectory.extend_context(tokenizer.encode(observation, add_special_tokens=False))
+            trajectory.extend_context(encode_text(tokenizer, observation, f"{type(env).__name__}.demonstration"))
         trajectories.append(trajectory)
     return trajectories
 

@@ -1,6 +1,7 @@
 """Environments: the protocol and the built-in tasks."""
 
-from lit_asyncrl.envs.base import Environment, Episode, StepResult
+from lit_asyncrl.envs.base import Environment, TextEnv, Transition
 from lit_asyncrl.envs.guess_number import GuessNumberEnv
+from lit_asyncrl.envs.service_desk import ServiceDeskEnv
 
-__all__ = ["Environment", "Episode", "GuessNumberEnv", "StepResult"]
+__all__ = ["Environment", "GuessNumberEnv", "ServiceDeskEnv", "TextEnv", "Transition"]

@@ -1,29 +1,53 @@
-"""The environment protocol: a multi-turn text task the agent plays one turn at a time."""
+"""The environment protocol: text agents in the style of gymnasium, one task family per class.
+
+Two levels, as in gymnasium's `make` and `Env`:
+
+- `Environment` is a task family (a config object the CLI and Hydra build): it draws task
+  instances, splits them into training and held-out ones, and makes one `TextEnv` per episode.
+- `TextEnv` is one episode: `reset(seed) -> observation` and
+  `step(action) -> (observation, reward, terminated, truncated, info)`. Either method may be
+  `async def` (awaited on the engine's event loop, e.g. a tool that calls a service); a plain
+  method runs in a thread pool sized to the concurrent episodes, so a slow tool never stalls
+  generation. `info["success"]` marks a solved task (avg@k and pass@k count it).
+
+Every environment takes `latency_s` (simulated latency added to each of its answers; the episode
+sleeps without holding a worker) and `episode_timeout_s` (an episode that runs longer ends as
+truncated and is counted).
+"""
 
 from __future__ import annotations
 
 import abc
-import dataclasses
+import hashlib
 import random
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Any, NamedTuple, Protocol
 
 
-@dataclasses.dataclass(frozen=True)
-class StepResult:
-    """What the environment answers to one agent turn."""
+class Transition(NamedTuple):
+    """What the environment answers to one agent turn (unpacks like gymnasium's step tuple)."""
 
     observation: str  # text appended to the context (never trained on)
     reward: float
-    done: bool
-    success: bool = False
+    terminated: bool  # the task ended (solved, failed, or broken by a malformed action)
+    truncated: bool  # the episode was cut short (turn limit, timeout) without the task ending
+    info: dict[str, Any] = {}  # shared default: never mutate a Transition's info in place
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def success(self) -> bool:
+        return bool(self.info.get("success", False))
 
 
-class Episode(Protocol):
-    """One play of a task instance: `reset` gives the first observation, `step` answers each turn."""
+class TextEnv(Protocol):
+    """One episode of a task instance. `reset` and `step` may each be sync or `async def`."""
 
-    def reset(self) -> str: ...
+    def reset(self, seed: int | None = None) -> str | Awaitable[str]: ...
 
-    def step(self, action: str) -> StepResult: ...
+    def step(self, action: str) -> Transition | Awaitable[Transition]: ...
 
 
 class Environment(abc.ABC):
@@ -31,23 +55,79 @@ class Environment(abc.ABC):
 
     Episodes of the same instance form one advantage group. A base class rather than a Protocol,
     so the Lightning CLI can take any subclass as `class_path` + `init_args`.
+
+    Held-out instances: `is_held_out` splits the instance space for good (by default a stable hash
+    of `instance_key` sends `held_out_fraction` of the instances to evaluation), `sample_instance`
+    draws training instances only and `held_out_instances` evaluation ones only, so evaluation
+    measures generalisation to instances never trained on, not only to unseen seeds.
+
+    Args:
+        latency_s: seconds of simulated latency added to every answer of the environment
+            (reset and each step), e.g. a slow tool or a simulated user.
+        episode_timeout_s: an episode running longer than this ends as truncated with the reward
+            it has so far (counted as `rollout/timed_out_episodes`); None = no limit.
     """
 
     #: Text that ends an agent turn (must be a single token; the engine stops sampling at it).
     turn_stop: str = ";"
     #: Most tokens the agent may write in one turn.
     max_turn_tokens: int = 16
-    #: Most agent turns in one episode.
+    #: Most agent turns in one episode (a hard cap on top of the environment's own truncation).
     max_turns: int = 1
+    #: Share of the instance space kept for evaluation by the default `is_held_out`.
+    held_out_fraction: float = 0.2
+
+    def __init__(self, latency_s: float = 0.0, episode_timeout_s: float | None = None) -> None:
+        if latency_s < 0:
+            raise ValueError(f"env.latency_s must be >= 0, got {latency_s}")
+        if episode_timeout_s is not None and episode_timeout_s <= 0:
+            raise ValueError(f"env.episode_timeout_s must be > 0 or null, got {episode_timeout_s}")
+        self.latency_s = float(latency_s)
+        self.episode_timeout_s = episode_timeout_s
 
     @abc.abstractmethod
-    def sample_instance(self, rng: random.Random) -> object:
-        """Draw a task instance (e.g. a secret, a prompt)."""
+    def generate_instance(self, rng: random.Random) -> Any:
+        """Draw a task instance (a secret, a database and a request, a seed), training or held out."""
 
     @abc.abstractmethod
-    def new_episode(self, instance: object) -> Episode:
-        """Start one play of `instance`."""
+    def new_episode(self, instance: Any) -> TextEnv:
+        """A fresh episode of `instance`."""
 
-    def demonstration(self, instance: object) -> list[tuple[str, str]]:
+    def instance_key(self, instance: Any) -> str:
+        """A stable text identifying the instance (two equal keys are the same task)."""
+        return repr(instance)
+
+    def is_held_out(self, instance: Any) -> bool:
+        """Whether `instance` belongs to the evaluation split (stable across runs and processes)."""
+        digest = hashlib.sha256(self.instance_key(instance).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < self.held_out_fraction
+
+    def sample_instance(self, rng: random.Random) -> Any:
+        """Draw a training instance (never a held-out one)."""
+        for _ in range(10_000):
+            instance = self.generate_instance(rng)
+            if not self.is_held_out(instance):
+                return instance
+        raise RuntimeError(f"{type(self).__name__}: no training instance in 10,000 draws; lower held_out_fraction")
+
+    def held_out_instances(self, count: int, seed: int = 0) -> list[Any]:
+        """Up to `count` distinct held-out instances (fewer when the split is that small), the
+        same for the same seed.
+
+        Raises:
+            ValueError: when the held-out split is empty.
+        """
+        rng, found = random.Random(seed), {}
+        for _ in range(max(10_000, 100 * count)):
+            instance = self.generate_instance(rng)
+            if self.is_held_out(instance):
+                found.setdefault(self.instance_key(instance), instance)
+                if len(found) == count:
+                    break
+        if not found:
+            raise ValueError(f"{type(self).__name__} has no held-out instance; raise its held_out_fraction")
+        return list(found.values())
+
+    def demonstration(self, instance: Any) -> list[tuple[str, str]]:
         """A scripted good play as (agent action, environment observation) pairs, for warm starts."""
         raise NotImplementedError(f"{type(self).__name__} has no scripted demonstrations; set warm_start_steps=0")

@@ -4,14 +4,16 @@ The secret is in 1..N. Each turn the agent writes a number and `;`; the environm
 (the secret is higher), `L` (lower) or `W` (found, reward 1). After `max_turns` wrong guesses the
 episode ends with reward 0; a malformed guess ends it at once with `malformed_reward`. A policy that
 ignores the feedback wins at most max_turns/N (0.4 at the default N=10, 4 turns); bisection wins
-always, so learning shows as success rising past that line.
+always, so learning shows as success rising past that line. The secrets in `held_out` are never
+trained on: evaluation measures whether the policy learned to search, not the training secrets.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
-from lit_asyncrl.envs.base import Environment, StepResult
+from lit_asyncrl.envs.base import Environment, Transition
 
 
 class GuessNumberEpisode:
@@ -21,37 +23,60 @@ class GuessNumberEpisode:
         self.turns_left = max_turns
         self.malformed_reward = malformed_reward
 
-    def reset(self) -> str:
+    def reset(self, seed: int | None = None) -> str:
         return "?"
 
-    def step(self, action: str) -> StepResult:
+    def step(self, action: str) -> Transition:
         guess = _parse_guess(action)
         if guess is None:
-            return StepResult(observation="", reward=self.malformed_reward, done=True)
+            return Transition("", self.malformed_reward, terminated=True, truncated=False, info={"malformed": True})
         self.turns_left -= 1
         if guess == self.secret:
-            return StepResult(observation="W", reward=1.0, done=True, success=True)
+            return Transition("W", 1.0, terminated=True, truncated=False, info={"success": True})
         feedback = "H" if self.secret > guess else "L"
-        return StepResult(observation=feedback, reward=0.0, done=self.turns_left <= 0)
+        return Transition(feedback, 0.0, terminated=False, truncated=self.turns_left <= 0)
 
 
 class GuessNumberEnv(Environment):
-    """Task instances are secrets; `demonstration` plays bisection (used by the warm start)."""
+    """Task instances are secrets; `demonstration` plays bisection (used by the warm start).
+
+    Args:
+        max_value: secrets are 1..max_value.
+        max_turns: guesses per episode.
+        malformed_reward: reward of a guess that is not a number and `;` (ends the episode).
+        held_out: secrets kept for evaluation, never drawn for training.
+        latency_s, episode_timeout_s: see `Environment`.
+    """
 
     turn_stop = ";"
 
-    def __init__(self, max_value: int = 10, max_turns: int = 4, malformed_reward: float = -0.2) -> None:
+    def __init__(
+        self,
+        max_value: int = 10,
+        max_turns: int = 4,
+        malformed_reward: float = -0.2,
+        held_out: Sequence[int] = (3, 8),
+        latency_s: float = 0.0,
+        episode_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
         if max_value < 2:
             raise ValueError(f"env.max_value must be >= 2, got {max_value}")
         if max_turns < 1:
             raise ValueError(f"env.max_turns must be >= 1, got {max_turns}")
+        self.held_out = frozenset(int(secret) for secret in held_out)
+        if not self.held_out <= set(range(1, max_value + 1)) or len(self.held_out) >= max_value:
+            raise ValueError(f"env.held_out={sorted(self.held_out)} must be some, not all, of the secrets 1..{max_value}")
         self.max_value = max_value
         self.max_turns = max_turns
         self.malformed_reward = malformed_reward
         self.max_turn_tokens = len(str(max_value)) + 1  # digits and the `;`
 
-    def sample_instance(self, rng: random.Random) -> int:
+    def generate_instance(self, rng: random.Random) -> int:
         return rng.randint(1, self.max_value)
+
+    def is_held_out(self, instance: int) -> bool:
+        return instance in self.held_out
 
     def new_episode(self, instance: int) -> GuessNumberEpisode:
         return GuessNumberEpisode(instance, self.max_value, self.max_turns, self.malformed_reward)

@@ -30,11 +30,12 @@ class TinyPolicyConfig:
     num_kv_heads: int = 1
     head_dim: int = 64
     intermediate_size: int = 256
-    max_position_embeddings: int = 512
+    max_position_embeddings: int = 1024
     seed: int = 0
 
     def fingerprint(self) -> str:
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True).encode()
+        # The vocabulary is part of the model: a new tokenizer must never reuse a cached folder.
+        blob = json.dumps({**dataclasses.asdict(self), "vocab": VOCAB}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
 

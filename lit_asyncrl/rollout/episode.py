@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.envs.base import Environment, Transition
 from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.records import Trajectory
+from lit_asyncrl.text import encode_text
 
 
 async def play_episode(
@@ -16,17 +19,36 @@ async def play_episode(
     instance: object,
     trajectory: Trajectory,
     *,
+    call_env: EnvCaller,
     temperature: float,
     top_k: int,
     max_context: int,
+    seed: int | None = None,
 ) -> Trajectory:
     """Alternate agent turns (sampled by the engine) and environment answers until done.
 
     Each turn is a new request on the whole context so far; the engine may swap weights in the
     middle of a turn, in which case the turn's tokens carry two versions (a partial rollout).
+    An episode that outlives `env.episode_timeout_s` ends there, keeping its tokens and the reward
+    it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far.
     """
     episode = env.new_episode(instance)
-    trajectory.extend_context([tokenizer.bos_token_id, *_encode(tokenizer, episode.reset())])
+    try:
+        async with asyncio.timeout(env.episode_timeout_s):
+            await _play_turns(engine, env, episode, tokenizer, trajectory, call_env, temperature, top_k, max_context, seed)
+    except TimeoutError:
+        trajectory.timed_out = True
+    finally:
+        close = getattr(episode, "close", None)
+        if callable(close):
+            await call_env(close)
+    return trajectory
+
+
+async def _play_turns(engine, env, episode, tokenizer, trajectory, call_env, temperature, top_k, max_context, seed) -> None:
+    first_observation = await call_env(episode.reset, seed)
+    await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
+    trajectory.extend_context([tokenizer.bos_token_id, *encode_text(tokenizer, first_observation, f"{type(env).__name__}.reset")])
     stop_ids = [_single_token_id(tokenizer, env.turn_stop), tokenizer.eos_token_id]
     for _ in range(env.max_turns):
         room = max_context - len(trajectory.token_ids)
@@ -44,21 +66,28 @@ async def play_episode(
         )
         trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
         trajectory.num_turns += 1
-        result = episode.step(tokenizer.decode(turn.token_ids, skip_special_tokens=False))
-        trajectory.reward += result.reward
+        result = _as_transition(await call_env(episode.step, tokenizer.decode(turn.token_ids, skip_special_tokens=False)), env)
+        await asyncio.sleep(env.latency_s)
+        trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
-        if result.done:
+        if result.terminated or result.truncated:
             break
-        trajectory.extend_context(_encode(tokenizer, result.observation))
-    return trajectory
+        trajectory.extend_context(encode_text(tokenizer, result.observation, f"{type(env).__name__}.step"))
 
 
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False) if text else []
+def _as_transition(result: Any, env: Environment) -> Transition:
+    # A plain gymnasium-style 5-tuple is accepted too; anything else is the environment's bug.
+    if isinstance(result, Transition):
+        return result
+    if isinstance(result, tuple) and len(result) == 5:
+        return Transition(*result)
+    raise TypeError(
+        f"{type(env).__name__}: step() must return a Transition (observation, reward, terminated, truncated, info), got {result!r}"
+    )
 
 
 def _single_token_id(tokenizer: Any, text: str) -> int:
-    ids = _encode(tokenizer, text)
-    if len(ids) != 1:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if len(ids) != 1 or ids[0] == getattr(tokenizer, "unk_token_id", None):
         raise ValueError(f"env.turn_stop={text!r} must be a single token of the policy's tokenizer, got ids {ids}")
     return ids[0]

@@ -11,6 +11,7 @@ from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 
@@ -47,6 +48,9 @@ class RolloutProducer:
         self.groups_per_version = groups_per_version
         self.old_logit_model = old_logit_model
         self.scoring_wait_s = 0.0
+        self.timed_out_episodes = 0
+        # One thread per episode that can be in flight: a slow synchronous tool holds only its own.
+        self.call_env = EnvCaller(max_workers=max_concurrent_groups * group_size)
         self.rng = random.Random(seed)
         self.next_group_id = 0
         self.policy_tokens = 0
@@ -69,7 +73,10 @@ class RolloutProducer:
 
     def stop(self) -> None:
         """Cancel the producing loop and the groups in flight; their room goes back to the buffer."""
-        self.engine.run(self._cancel_all(), timeout_s=60)
+        try:
+            self.engine.run(self._cancel_all(), timeout_s=60)
+        finally:
+            self.call_env.close()
 
     async def _cancel_all(self) -> None:
         tasks = [task for task in [self._task, *self._in_flight] if task is not None]
@@ -127,9 +134,16 @@ class RolloutProducer:
         filed = False
         try:
             instance = self.env.sample_instance(self.rng)
+            seeds = [self.rng.getrandbits(31) for _ in trajectories]
             await asyncio.gather(
-                *(play_episode(self.engine, self.env, self.tokenizer, instance, trajectory, **self.sampling) for trajectory in trajectories)
+                *(
+                    play_episode(
+                        self.engine, self.env, self.tokenizer, instance, trajectory, call_env=self.call_env, seed=seed, **self.sampling
+                    )
+                    for trajectory, seed in zip(trajectories, seeds)
+                )
             )
+            self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
             if self.old_logit_model is not None:
                 await self._wait_for_old_logprobs(trajectories)
             for trajectory, advantage in zip(trajectories, group_normalized_advantages([t.reward for t in trajectories])):

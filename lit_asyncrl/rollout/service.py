@@ -25,8 +25,8 @@ Batch schema (what `next_batch` returns; the module trains on any source that yi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -54,8 +54,8 @@ class RolloutService(Protocol):
     def use_old_logit_worker(self) -> None:
         """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""
 
-    def start(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
-        """Load `weights` as `version` and start generating."""
+    def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
+        """Load `weights` as `version` and start generating (`train=False`: evaluation only, no training rollouts)."""
 
     def next_batch(self, timeout_s: float) -> dict:
         """Block until a training batch (schema above) is ready; raise `RolloutServiceError` if a part died."""
@@ -76,6 +76,13 @@ class RolloutService(Protocol):
         """Attach pi_old from `score_fn` to every token of `version` still lacking it; returns how many.
 
         Call while paused, before `version`'s weights are replaced.
+        """
+
+    def evaluate(self, instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
+        """Play `samples` sampled episodes and one greedy episode of each instance with the weights
+        generation uses now, outside the training buffer and its accounting.
+
+        Returns `success` float [N, samples], `rewards` float [N, samples] and `greedy_success` float [N].
         """
 
     def stats(self) -> dict[str, float]:

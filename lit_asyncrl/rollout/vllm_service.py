@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -13,6 +14,8 @@ from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
+from lit_asyncrl.rollout.env_calls import EnvCaller
+from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate
@@ -81,7 +84,7 @@ class VLLMRolloutService:
             raise RuntimeError("use_old_logit_worker() must be called before start()")
         self._use_dedicated = True
 
-    def start(self, weights: Mapping[str, torch.Tensor], version: int) -> None:
+    def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
         if self.engine is not None:
             raise RuntimeError("the rollout service is already started")
         try:
@@ -109,7 +112,8 @@ class VLLMRolloutService:
                 groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
                 old_logit_model=self.dedicated,
             )
-            self.producer.start()
+            if train:
+                self.producer.start()
         except BaseException:
             self.close()
             raise
@@ -120,6 +124,8 @@ class VLLMRolloutService:
         try:
             if producer is not None and engine is not None and engine.dead_reason() is None:
                 producer.stop()
+            elif producer is not None:
+                producer.call_env.close()
         finally:
             try:
                 if dedicated is not None:
@@ -159,6 +165,46 @@ class VLLMRolloutService:
         reason = self.dedicated.dead_reason() if self.dedicated is not None else None
         if reason is not None:
             raise RolloutServiceError(reason)
+
+    # -- held-out evaluation ------------------------------------------------------------------
+    def evaluate(self, instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
+        engine = self._engine()
+        self._raise_if_dead()
+        # Its own thread pool: evaluation's synchronous tools never queue behind training episodes.
+        call_env = EnvCaller(max_workers=max(1, min(64, len(instances) * (samples + 1))))
+        sampled = {"temperature": self.temperature, "top_k": self.top_k}
+        greedy = {"temperature": 1.0, "top_k": 1}  # top-1 sampling is greedy decoding
+
+        async def play(instance: Any, seed: int, sampling: dict) -> Trajectory:
+            trajectory = Trajectory(group_id=-1)
+            max_context = self.engine_config.max_model_len
+            return await play_episode(
+                engine, self.env, self.tokenizer, instance, trajectory, call_env=call_env, seed=seed, max_context=max_context, **sampling
+            )
+
+        async def play_all() -> list[Trajectory]:
+            plays = []
+            for index, instance in enumerate(instances):
+                plays += [play(instance, index * (samples + 1) + j, sampled) for j in range(samples)]
+                plays.append(play(instance, index * (samples + 1) + samples, greedy))
+            return await asyncio.gather(*plays)
+
+        try:
+            played = engine.run(play_all(), timeout_s=timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"held-out evaluation of {len(instances)} instances x {samples + 1} episodes took over {timeout_s} s (raise data.eval_timeout_s)"
+            ) from None
+        except EngineDeadError as error:
+            raise RolloutServiceError(str(error)) from error
+        finally:
+            call_env.close()
+        rows = [played[index * (samples + 1) : (index + 1) * (samples + 1)] for index in range(len(instances))]
+        return {
+            "success": torch.tensor([[float(t.success) for t in row[:samples]] for row in rows]),
+            "rewards": torch.tensor([[t.reward for t in row[:samples]] for row in rows]),
+            "greedy_success": torch.tensor([float(row[samples].success) for row in rows]),
+        }
 
     # -- weights ----------------------------------------------------------------------------
     def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
@@ -229,6 +275,7 @@ class VLLMRolloutService:
         stats["rollout/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
         stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
         stats["rollout/engine_version"] = float(self.engine.version if self.engine else -1)
+        stats["rollout/timed_out_episodes"] = float(producer.timed_out_episodes if producer else 0)
         if self.dedicated is not None:
             stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
             stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)

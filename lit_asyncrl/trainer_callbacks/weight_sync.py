@@ -26,13 +26,29 @@ class EngineWeightSync(ServiceCallback):
     def __init__(self, rollouts: RolloutService | None = None, module_attr: str = "policy", required: bool = True) -> None:
         super().__init__(rollouts, required)
         self.module_attr = module_attr
+        self._started = False
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        self._started = False
+
+    @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The held-out evaluation before training (sanity check) or in `validate` needs the engine;
+        # `validate` alone generates no training rollouts.
+        self._start(trainer, pl_module, train=trainer.state.fn == "fit")
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.rollouts is None:
+        self._start(trainer, pl_module, train=True)
+
+    def _start(self, trainer: L.Trainer, pl_module: L.LightningModule, train: bool) -> None:
+        if self.rollouts is None or self._started:
             return
         # Not on_fit_start: a resumed global_step is only restored after that hook.
-        self.rollouts.start(self._weights(pl_module), version=trainer.global_step)
+        self.rollouts.start(self._weights(pl_module), version=trainer.global_step, train=train)
+        self._started = True
 
     @override
     def on_train_batch_end(

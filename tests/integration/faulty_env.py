@@ -1,6 +1,4 @@
-"""Environments that fail or answer slowly (for the cleanup tests)."""
-
-import time
+"""An environment that fails (for the cleanup tests); slowness is `env.latency_s`."""
 
 from lit_asyncrl.envs import GuessNumberEnv
 
@@ -13,8 +11,8 @@ class _FaultyEpisode:
     def __init__(self, inner, counter: list[int], fail_after: int) -> None:
         self.inner, self.counter, self.fail_after = inner, counter, fail_after
 
-    def reset(self) -> str:
-        return self.inner.reset()
+    def reset(self, seed=None) -> str:
+        return self.inner.reset(seed)
 
     def step(self, action: str):
         self.counter[0] += 1
@@ -33,26 +31,3 @@ class FaultyGuessNumberEnv(GuessNumberEnv):
 
     def new_episode(self, instance: int):
         return _FaultyEpisode(super().new_episode(instance), self._counter, self.fail_after)
-
-
-class _SlowEpisode:
-    def __init__(self, inner, delay_s: float) -> None:
-        self.inner, self.delay_s = inner, delay_s
-
-    def reset(self) -> str:
-        return self.inner.reset()
-
-    def step(self, action: str):
-        time.sleep(self.delay_s)  # a slow tool: holds the engine loop, so batches come slowly
-        return self.inner.step(action)
-
-
-class SlowGuessNumberEnv(GuessNumberEnv):
-    """Guess-the-number whose every answer takes `delay_s` seconds."""
-
-    def __init__(self, delay_s: float = 0.5, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.delay_s = delay_s
-
-    def new_episode(self, instance: int):
-        return _SlowEpisode(super().new_episode(instance), self.delay_s)

@@ -3,8 +3,8 @@
 The fake engine is what the producer uses of `VLLMEngine`: an asyncio `loop` on a daemon thread,
 a `version`, `run(coro, timeout_s)` and `async generate(...)` returning a `TurnOutput`. The task is
 the real GuessNumberEnv, the tokenizer the tiny policy's: one token per character, ids are positions
-in VOCAB = <pad> <bos> <eos> 0-9 ; ? H L W (space) = + - * / . , : ! ( ) a ..., so <bos>=1, <eos>=2,
-'5'=8, ';'=13, '?'=14, 'a'=30. No vLLM engine is started.
+in VOCAB = <pad> <bos> <eos> <unk> newline and printable ASCII from the space (id 5) up, so character
+c has id ord(c) - 27: <bos>=1, <eos>=2, '5'=26, ';'=32, '?'=36, 'a'=70. No vLLM engine is started.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.service import RolloutServiceError
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 
-BOS, EOS, SEMI, QUESTION, LETTER_A = 1, 2, 13, 14, 30
+BOS, EOS, SEMI, QUESTION, LETTER_A = 1, 2, 32, 36, 70
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def tokenizer(model_path):
     tok = AutoTokenizer.from_pretrained(model_path)
     # the ids this file's hand-written values rely on
     assert (tok.bos_token_id, tok.eos_token_id) == (BOS, EOS)
-    assert tok.encode("5;?a", add_special_tokens=False) == [8, SEMI, QUESTION, LETTER_A]
+    assert tok.encode("5;?a", add_special_tokens=False) == [26, SEMI, QUESTION, LETTER_A]
     return tok
 
 

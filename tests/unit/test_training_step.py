@@ -42,7 +42,7 @@ class FakeRollouts:
     def use_old_logit_worker(self) -> None:
         self.calls.append(("use_old_logit_worker",))
 
-    def start(self, weights, version):
+    def start(self, weights, version, train=True):
         self.calls.append(("start", version, sorted(weights)))
 
     def next_batch(self, timeout_s):
@@ -64,6 +64,9 @@ class FakeRollouts:
     def score_unscored(self, score_fn, version):
         self.calls.append(("score_unscored", version))
         return 0
+
+    def evaluate(self, instances, samples, timeout_s):
+        raise AssertionError("no validation in these tests")
 
     def stats(self):
         self.calls.append(("stats",))

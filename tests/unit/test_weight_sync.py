@@ -33,7 +33,7 @@ class FakeRollouts:
         self.starts: list[tuple[int, dict[str, torch.Tensor]]] = []
         self.publishes: list[tuple[int, dict[str, torch.Tensor]]] = []
 
-    def start(self, weights, version):
+    def start(self, weights, version, train=True):
         self.starts.append((version, {name: tensor.detach().clone() for name, tensor in weights.items()}))
 
     def publish_weights(self, weights, version):

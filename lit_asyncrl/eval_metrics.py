@@ -1,0 +1,69 @@
+"""avg@k and pass@k over held-out instances, as torchmetrics metrics (sum states: exact under DDP).
+
+With n sampled episodes per instance of which c succeed:
+- avg@k is the expected success of one sample, estimated by c / n (the same for every k <= n);
+- pass@k is the probability that at least one of k samples succeeds, estimated without bias by
+  1 - C(n - c, k) / C(n, k) (Chen et al., 2021), not by the biased 1 - (1 - c/n)^k.
+Both are averaged over instances.
+"""
+
+from __future__ import annotations
+
+import torch
+from torchmetrics import Metric
+
+
+def pass_at_k(successes: torch.Tensor, k: int) -> torch.Tensor:
+    """Unbiased pass@k of each row of `successes` [N, n] (0/1 values, n >= k); returns [N].
+
+    1 - C(n-c, k)/C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k/i), the numerically stable product form.
+    """
+    n = successes.shape[-1]
+    if not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 1 <= k <= n samples, got k={k}, n={n}")
+    failures = (n - successes.sum(dim=-1)).long()  # n - c
+    values = []
+    for failed in failures.tolist():
+        if failed < k:  # fewer failures than draws: some success is always drawn
+            values.append(1.0)
+            continue
+        i = torch.arange(failed + 1, n + 1, dtype=torch.float64)
+        values.append(float(1.0 - torch.prod(1.0 - k / i)))
+    return torch.tensor(values, dtype=torch.float64)
+
+
+class _InstanceMean(Metric):
+    """Mean over instances of a per-instance value, with summed states."""
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("instances", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def _add(self, per_instance: torch.Tensor) -> None:
+        self.total += per_instance.to(self.total).sum()
+        self.instances += per_instance.numel()
+
+    def compute(self) -> torch.Tensor:
+        return (self.total / self.instances.clamp(min=1)).float()
+
+
+class AvgAtK(_InstanceMean):
+    """avg@k: mean success over the samples of each instance, then over instances."""
+
+    def update(self, successes: torch.Tensor) -> None:
+        self._add(successes.double().mean(dim=-1))
+
+
+class PassAtK(_InstanceMean):
+    """pass@k with the unbiased estimator, averaged over instances."""
+
+    def __init__(self, k: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.k = k
+
+    def update(self, successes: torch.Tensor) -> None:
+        self._add(pass_at_k(successes, self.k))
