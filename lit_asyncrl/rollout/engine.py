@@ -82,6 +82,11 @@ class VLLMEngine:
         self.version = initial_version
         # Read by vLLM at import and by its engine process at spawn, so set before either.
         os.environ["VLLM_LOGGING_LEVEL"] = self.config.log_level.upper()
+        if self.config.log_level.upper() in ("ERROR", "CRITICAL"):
+            # The engine's own process reads these at its start: without them it prints torch's
+            # deprecation FutureWarnings and a NUMA-binding notice under the progress bar.
+            os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+            os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         logging.getLogger("vllm").setLevel(self.config.log_level.upper())
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
         self._thread.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from lit_asyncrl.envs.base import Environment, Transition
@@ -33,12 +34,14 @@ async def play_episode(
     it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far.
     """
     episode = env.new_episode(instance)
+    started = time.monotonic()
     try:
         async with asyncio.timeout(env.episode_timeout_s):
             await _play_turns(engine, env, episode, tokenizer, trajectory, call_env, temperature, top_k, max_context, seed)
     except TimeoutError:
         trajectory.timed_out = True
     finally:
+        trajectory.duration_s = time.monotonic() - started
         close = getattr(episode, "close", None)
         if callable(close):
             await call_env(close)

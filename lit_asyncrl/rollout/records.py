@@ -30,6 +30,8 @@ class Trajectory:
     num_turns: int = 0
     #: The episode hit the environment's `episode_timeout_s` (it keeps the reward it had).
     timed_out: bool = False
+    #: Wall seconds from the episode's reset to its end (environment latency included).
+    duration_s: float = 0.0
     advantage: float = 0.0
     #: Exact training-side pi_old per token, filled by the interruption-sync and dedicated routes
     #: (NaN until scored), with the version whose weights scored it.

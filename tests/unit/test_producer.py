@@ -15,32 +15,15 @@ import time
 import types
 
 import pytest
-from transformers import AutoTokenizer
 
 from lit_asyncrl.envs import GuessNumberEnv
-from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.engine import EngineConfig, TurnOutput
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.service import RolloutServiceError
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
-
-BOS, EOS, SEMI, QUESTION, LETTER_A = 1, 2, 32, 36, 70
-
-
-@pytest.fixture(scope="module")
-def model_path():
-    return resolve_model_path(None)
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_path):
-    tok = AutoTokenizer.from_pretrained(model_path)
-    # the ids this file's hand-written values rely on
-    assert (tok.bos_token_id, tok.eos_token_id) == (BOS, EOS)
-    assert tok.encode("5;?a", add_special_tokens=False) == [26, SEMI, QUESTION, LETTER_A]
-    return tok
+from tests.unit.conftest import BOS, EOS, LETTER_A, QUESTION, SEMI  # noqa: E402 (ids the hand values use)
 
 
 class FakeEngine:
