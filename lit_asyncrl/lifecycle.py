@@ -44,7 +44,9 @@ def quiet_known_warnings() -> None:
     """Silence warnings about choices made on purpose, so the console shows what matters.
 
     `training_step(dataloader_iter)` is deliberate (no prefetch: a prefetched batch would be one
-    version staler); Lightning warns about that signature at every fit.
+    version staler); Lightning warns about that signature at every fit. The held-out evaluation is an
+    IterableDataset with a length (its chunks, for the progress bar) read in this process only.
     """
     warnings.filterwarnings("ignore", message=r".*`dataloader_iter`.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")

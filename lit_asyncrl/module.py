@@ -152,6 +152,8 @@ class AsyncRLModule(L.LightningModule):
             "train/version_gap_max": gaps.max().item() if gaps.numel() else 0.0,
             "train/policy_tokens": float(gaps.numel()),
         }
+        if "episode_s" in batch:  # optional in the schema: ready-made batches may lack it
+            metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
         metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"]))

@@ -11,6 +11,8 @@ from typing_extensions import override
 
 DEFAULT_PANELS = (
     "train/task_success",
+    "val/avg@*",
+    "val/pass@*",
     "train/train_infer_mask",
     "train/ppo_clip_ratio",
     "train/version_gap_mean",
@@ -39,7 +41,13 @@ def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...]
     import matplotlib.pyplot as plt
 
     series = read_metrics(csv_path)
-    present = [key for key in panels if key in series]
+    # A panel ending in `*` stands for every metric with that prefix (e.g. val/avg@4 for val/avg@*).
+    present = [
+        name
+        for key in panels
+        for name in (sorted(n for n in series if n.startswith(key[:-1])) if key.endswith("*") else [key])
+        if name in series
+    ]
     columns = min(max(len(present), 1), 3)
     rows = -(-max(len(present), 1) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
@@ -47,7 +55,8 @@ def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...]
         axis.set_visible(False)
     for axis, key in zip(axes.flat, present):
         steps, values = zip(*series[key])
-        axis.plot(steps, values, linewidth=1.2)
+        # Held-out metrics come every few hundred steps: mark the points.
+        axis.plot(steps, values, linewidth=1.2, marker="o" if key.startswith("val/") else None, markersize=3)
         axis.set_title(key, fontsize=9)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)

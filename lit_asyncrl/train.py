@@ -1,5 +1,7 @@
 """Hydra entry: `python -m lit_asyncrl.train [experiment=NAME] [key=value ...] [-m]`.
 
+`stage=validate ckpt_path=PATH` evaluates a checkpoint on the held-out instances instead of training.
+
 The config (conf/train.yaml) instantiates the same classes the Lightning CLI does, with the same
 argument names. Each run logs `metrics.csv` and `training_curves.png` into its Hydra run directory.
 """
@@ -13,7 +15,7 @@ from lit_asyncrl.config_dir import config_dir
 
 
 def run(cfg: DictConfig) -> dict[str, float]:
-    """Build the module, the datamodule and the trainer from `cfg` and fit; returns final metrics.
+    """Build the module, the datamodule and the trainer from `cfg` and fit (or validate); returns final metrics.
 
     Everything is built (and every config value checked) before any engine starts. Whatever the
     way out (success, exception, Ctrl-C, SIGTERM), the rollout service is closed before this returns.
@@ -25,6 +27,11 @@ def run(cfg: DictConfig) -> dict[str, float]:
     from lit_asyncrl.warm_start import load_tokenizer
 
     quiet_known_warnings()
+    stage = cfg.get("stage", "fit")
+    if stage not in ("fit", "validate"):
+        raise ValueError(f"stage must be 'fit' or 'validate', got {stage!r}")
+    if stage == "validate" and cfg.get("ckpt_path") is None:
+        raise ValueError("stage=validate evaluates a checkpoint: set ckpt_path=<run dir>/checkpoints/last.ckpt")
     L.seed_everything(cfg.seed, workers=True)
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
@@ -33,6 +40,9 @@ def run(cfg: DictConfig) -> dict[str, float]:
     ckpt_path = cfg.get("ckpt_path")
     with sigterm_raises():
         try:
+            if stage == "validate":
+                trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt_path)
+                return {key: float(value) for key, value in trainer.callback_metrics.items()}
             if ckpt_path is None:  # a resumed run already has its warmed-up weights
                 warm_start.run(
                     module.policy,

@@ -120,5 +120,6 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
         "advantages": advantages[:, None] * loss_mask,
         "rewards": torch.tensor([t.reward for t in trajectories], dtype=torch.float32),
         "success": torch.tensor([t.success for t in trajectories], dtype=torch.float32),
+        "episode_s": torch.tensor([t.duration_s for t in trajectories], dtype=torch.float32),
         "group_ids": torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
     }

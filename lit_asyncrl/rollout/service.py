@@ -18,6 +18,7 @@ Batch schema (what `next_batch` returns; the module trains on any source that yi
     advantages         float [B, T]  group-normalised advantage of each episode, on its policy tokens
     rewards            float [B]     episode return
     success            float [B]     1.0 where the episode solved its task
+    episode_s          float [B]     wall seconds of each episode (environment latency included)
     group_ids          long  [B]     advantage group of each episode
     temperature        float         sampling temperature (the trainer scores with the same)
     top_k              int           sampling top-k (-1 = off)
