@@ -18,7 +18,15 @@ window): the result is still the weighted mean with weights ``prod beta``. A res
 
 Decay from the staleness window (the paper's Appendix B): the EWMA gives age ``j`` (optimizer steps back) the weight
 ``(1 - beta) beta^j``, so its centre of mass sits at age ``beta / (1 - beta)``. With ``beta = W / (W + 2)`` that is
-``W / 2``, the middle of the version window ``[v - W, v]`` from which the trained tokens were sampled.
+``W / 2``, the middle of the version window ``[v - W, v]`` from which the trained tokens were sampled. At a
+version-gap cap of 3 (the paper's setting) the rule gives ``beta = 0.6``. With ``W = 0`` it gives ``beta = 0``:
+every update re-centres the average on the live weights, so the reference *is* the current policy
+(``pi_ref = pi_theta``, ``r_s = 1``). The automatic window gets ``W = 0`` whenever every gap observed so far is 0:
+for the whole run when rollouts are synchronous, and in the first steps of an asynchronous run, until a stale
+batch arrives. The callback warns once when an update runs with a window-derived ``beta = 0``.
+
+The auto-reset (``tau``, ``patience``) follows the paper's re-centring when the train-inference mask stays low; the
+paper reports ``tau = 0.9`` and ``0.8`` but no streak length: ``patience = 3`` is this library's choice.
 
 Why not WeightAveraging
 -----------------------
@@ -99,18 +107,19 @@ class EWMAReference(Callback):
 
     Args:
         beta: Fixed decay in ``[0, 1)``. Give this or ``staleness_window``, not both.
-        staleness_window: ``W`` for ``beta = W / (W + 2)``: a number, or ``"auto"`` to use the running max of the
-            gaps given to :meth:`observe_version_gaps` (``default_window`` until the first one). ``"auto"`` when
-            neither this nor ``beta`` is given.
+        staleness_window: ``W`` for ``beta = W / (W + 2)`` (0.6 at ``W = 3``): a number, or ``"auto"`` to use the
+            running max of the gaps given to :meth:`observe_version_gaps` (``default_window`` until the first one).
+            ``"auto"`` when neither this nor ``beta`` is given. ``W = 0`` (e.g. every observed gap 0, synchronous
+            rollouts) gives ``beta = 0``: the average is then the live weights after every step (warned once).
         module_attr: Name (dotted path allowed) of the submodule to average, e.g. ``"policy"``; ``None`` averages
             the whole ``LightningModule``.
         monitor: Key in ``trainer.callback_metrics`` watched for the reset. Log it from ``training_step`` at every
             step (``on_step=True``): Lightning keeps the last logged value there, so a step that logs nothing
             counts the previous value again. A NaN value (e.g. a batch without policy tokens) neither extends nor
             breaks the streak; until the key is first logged, the reset is idle (with a warning).
-        tau: A step is *low* when the monitored value is below ``tau``.
+        tau: A step is *low* when the monitored value is below ``tau`` (0.8 is one of the paper's two values).
         patience: Reset at the ``patience``-th consecutive low step; ``None`` never resets (the streak is still
-            counted and logged).
+            counted and logged). The default 3 is this library's choice; the paper gives no streak length.
         log_prefix: Prefix of the logged keys; give each instance its own when using several.
 
     """
@@ -285,6 +294,7 @@ class EWMAReference(Callback):
         if trainer.global_step == self._step_before_batch:
             return
         value = self._gather_observations(trainer)
+        self._warn_if_window_gives_zero_beta()
         self.update()
         streak = self._track(trainer, pl_module, value)
         self._log(pl_module, streak)
@@ -354,6 +364,19 @@ class EWMAReference(Callback):
         elif self._window == "auto" and self._observed_window is None:
             self._warn_once("gaps", f"No version gaps observed yet: EWMA uses W={self.default_window}.")
         return value
+
+    def _warn_if_window_gives_zero_beta(self) -> None:
+        """Warns once when the staleness window makes this update's ``beta`` 0 (an explicit ``beta=0`` is not warned)."""
+        if self._beta is not None or self.beta != 0.0:
+            return
+        why = "every version gap observed so far is 0" if self._window == "auto" else "staleness_window=0"
+        self._warn_once(
+            "zero_beta",
+            f"EWMA beta=0: the staleness window is W=0 ({why}), so each update re-centres the average on the live "
+            "weights and the reference is the current policy (pi_ref = pi_theta, r_s = 1). With an automatic window "
+            "this is expected until the first stale batch of an asynchronous run; with synchronous rollouts it lasts "
+            "the whole run. Give `beta` or a `staleness_window` > 0 for a smoothed reference.",
+        )
 
     def _monitored_value(self, trainer: Trainer) -> float:
         """This rank's monitored value (the last one logged), or NaN when it was never logged."""

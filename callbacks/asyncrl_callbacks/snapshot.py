@@ -124,6 +124,11 @@ class SnapshotRetention(Callback):
         return self.store.versions
 
     @property
+    def module(self) -> nn.Module | None:
+        """The module whose weights are snapshotted, once ``setup`` has resolved it; None before."""
+        return self._module
+
+    @property
     def resident_bytes(self) -> int:
         """Bytes held by the resident snapshots."""
         return self.store.resident_bytes

@@ -36,9 +36,10 @@ from typing import Any
 
 from lit_asyncrl.envs.base import Environment, Transition
 from lit_asyncrl.envs.global_rng import GlobalRandomState
+from lit_asyncrl.models.char_tokenizer import CHARACTERS
 
 #: Characters the built-in character tokenizer encodes: printable ASCII and the newline.
-PRINTABLE = frozenset("\n" + "".join(chr(code) for code in range(32, 127)))
+PRINTABLE = frozenset(CHARACTERS)
 
 
 def import_reasoning_gym() -> Any:

@@ -35,6 +35,24 @@ def check_positive(name: str, value: float) -> float:
     return value
 
 
+def check_cap(name: str, value: float) -> float:
+    """An upper ratio bound: finite and ``>= 1`` (it must keep the on-policy ratio 1.0)."""
+    value = float(value)
+    if not (math.isfinite(value) and value >= 1):
+        raise ValueError(f"{name} must be a finite ratio >= 1, got {value}")
+    return value
+
+
+def check_floor(name: str, value: float | None) -> float | None:
+    """A lower ratio bound in ``(0, 1]``, or None for no lower bound."""
+    if value is None:
+        return None
+    value = float(value)
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must be a ratio in (0, 1] or None (no lower bound), got {value}")
+    return value
+
+
 def check_greater_than_one(name: str, value: float) -> float:
     value = float(value)
     if not (math.isfinite(value) and value > 1):

@@ -24,8 +24,8 @@ class TokenTerms:
     Attributes:
         objective: ``[B, T]`` surrogate to maximise, importance weights already applied; gradient only
             through ``log pi_theta``. The base zeroes it outside ``discrepancy_mask`` and invalid tokens.
-        discrepancy_mask: bool ``[B, T]``, kept by the symmetric ``r_d`` mask; None when the strategy
-            has no such mask (every valid token kept).
+        discrepancy_mask: bool ``[B, T]``, kept by the ``r_d`` mask (symmetric, except MIS's one-sided
+            default); None when the strategy has no such mask (every valid token kept).
         clip_mask: bool ``[B, T]``, inside the trust region for the token's advantage sign.
     """
 

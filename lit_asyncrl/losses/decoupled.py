@@ -24,8 +24,9 @@ class DecoupledPPO(LossStrategy):
     an async recompute ("decoupled PPO & Async").
 
     Args:
-        discrepancy_bounds: ``(low, high)`` ratio bounds of the ``r_d`` mask, e.g. ``(0.997, 1.003)``.
-        clip_bounds: ``(low, high)`` ratio bounds of the ``r_s`` trust region, e.g. ``(0.994, 1.006)``.
+        discrepancy_bounds: ``(low, high)`` ratio bounds of the ``r_d`` mask, e.g. ``(0.99, 1.01)`` (the
+            paper's experiments, Table 4).
+        clip_bounds: ``(low, high)`` ratio bounds of the ``r_s`` trust region, e.g. ``(0.997, 1.004)`` (idem).
         aggregation, normalizer: see :func:`lit_asyncrl.losses.aggregation.aggregate`.
     """
 

@@ -4,27 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lit_asyncrl.losses.arguments import check_bounds
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
-from lit_asyncrl.losses.inputs import PreparedInputs
-from lit_asyncrl.losses.ratios import clipped_surrogate, in_bounds, ratio
+from lit_asyncrl.losses.base import Aggregation
+from lit_asyncrl.losses.decoupled import DecoupledPPO
 from lit_asyncrl.losses.registry import register_loss
 
 
 @register_loss("icepop")
-class IcePop(LossStrategy):
-    """``M_[low, high](r_d) * min(r_s A, clip(r_s) A)``, ``r_d = pi_ref/mu_old``, ``r_s = pi_theta/pi_ref``.
+class IcePop(DecoupledPPO):
+    """``M(k) * min(r_s A, clip(r_s) A)`` with ``M(k) = k`` on ``[low, high]`` and 0 outside.
 
-    Differs from :class:`~lit_asyncrl.losses.decoupled.DecoupledPPO` only in dropping the ``sg(r_d)``
-    weight: kept tokens are not re-weighted (IcePop's double-sided masking). Needs ``ref_logprobs``.
+    The Ring-1T report (and INTELLECT-3, eq. 1) write ``k = pi_train(theta_old) / pi_infer(theta_old)``,
+    here ``r_d = pi_ref / mu_old``, and ``r_s = pi_theta / pi_ref``. ``k`` is computed from detached
+    old log-probs: a constant weight, no gradient. Kept tokens are therefore re-weighted by ``k`` and
+    the rest dropped on either side, which is :class:`~lit_asyncrl.losses.decoupled.DecoupledPPO`'s
+    ``M(r_d) sg(r_d)``: IcePop is that objective with the report's mask bounds as defaults.
+    Needs ``ref_logprobs``.
 
     Args:
-        discrepancy_bounds: ``(low, high)`` of the token mask, ``(0.5, 5.0)`` in the Ring-1T report.
+        discrepancy_bounds: ``(low, high)`` = ``(alpha, beta)`` of ``M``, ``(0.5, 5.0)`` in the Ring-1T report.
         clip_bounds: ``(low, high)`` ratio bounds of the trust region on ``r_s``.
         aggregation, normalizer: see :func:`lit_asyncrl.losses.aggregation.aggregate`.
     """
-
-    reference_use = "required"
 
     def __init__(
         self,
@@ -34,12 +34,4 @@ class IcePop(LossStrategy):
         aggregation: Aggregation = "token_mean",
         normalizer: float | None = None,
     ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.discrepancy_bounds = check_bounds("discrepancy_bounds", discrepancy_bounds)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
-
-    def token_terms(self, inputs: PreparedInputs) -> TokenTerms:
-        kept = in_bounds(ratio(inputs.ref_logprobs, inputs.behavior_logprobs), self.discrepancy_bounds)  # [B, T]
-        staleness_ratio = ratio(inputs.logprobs, inputs.ref_logprobs)  # [B, T]
-        surrogate, inside = clipped_surrogate(staleness_ratio, inputs.advantages, self.clip_bounds)
-        return TokenTerms(objective=surrogate, discrepancy_mask=kept, clip_mask=inside)
+        super().__init__(discrepancy_bounds=discrepancy_bounds, clip_bounds=clip_bounds, aggregation=aggregation, normalizer=normalizer)

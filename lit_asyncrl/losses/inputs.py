@@ -40,8 +40,9 @@ class LossOutput:
 
     Attributes:
         loss: scalar to minimise; gradient flows through ``LossInputs.logprobs`` only.
-        discrepancy_mask: bool ``[B, T]``, token kept by the symmetric train-infer mask on ``r_d``
-            (True on every valid policy token when the strategy has no such mask).
+        discrepancy_mask: bool ``[B, T]``, token kept by the train-infer mask on ``r_d`` (symmetric,
+            except MIS's one-sided default; True on every valid policy token when the strategy has no
+            such mask).
         clip_mask: bool ``[B, T]``, token inside the trust region for its advantage sign, i.e. the
             staleness term still passes gradient (see each strategy for its exact meaning).
         metrics: detached floats, keys without prefix (the module logs them under ``train/``).

@@ -19,10 +19,15 @@ class EWMAReferenceSource(ReferenceSource):
     as its own phase before the fit).
 
     Args:
-        beta: EWMA decay; None derives it from the staleness window as W / (W + 2).
-        staleness_window: W, or "auto" to take it from the observed version gaps.
+        beta: EWMA decay; None derives it from the staleness window as W / (W + 2): 0.6 at a
+            version-gap cap of 3, and 0 when W = 0. With "auto", W = 0 while every observed gap is 0,
+            i.e. for the whole run with synchronous rollouts: the reference is then the live policy
+            (pi_ref = pi_theta after every update); the callback warns once when this happens.
+        staleness_window: W, or "auto" to take it from the observed version gaps (their running max;
+            W = 2 until the first is observed).
         tau, patience: reset theta_prox to theta after `patience` consecutive steps with
-            `train/train_infer_mask` below `tau`; patience None disables the reset.
+            `train/train_infer_mask` below `tau`; patience None disables the reset. tau = 0.8 is one
+            of the paper's values; patience = 3 is this library's choice (the paper gives none).
     """
 
     def __init__(

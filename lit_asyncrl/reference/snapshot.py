@@ -16,14 +16,16 @@ from lit_asyncrl.trainer_callbacks.find import rollouts_of
 class SnapshotReference(ReferenceSource):
     """Scores every policy token under the weights of the version that sampled it.
 
+    pi_ref is exact (`exact` is True) unless `storage_dtype` keeps the snapshots in a dtype that
+    cannot hold the live weights as they are (e.g. bfloat16 or float16 for float32 weights): the
+    historical forward then runs on rounded weights and pi_ref only approximates pi_old.
+
     Args:
         max_staleness: versions kept behind the newest; None = the rollout service's staleness cap
             (`data.max_version_gap`), so every version a trainable token may carry stays resident.
             A value below that cap is refused.
         max_resident, max_bytes, storage_dtype: the snapshot budget (see `SnapshotRetention`).
     """
-
-    exact = True
 
     def __init__(
         self,
@@ -42,6 +44,20 @@ class SnapshotReference(ReferenceSource):
     @property
     def retention(self) -> SnapshotRetention:
         return self._retention
+
+    @property
+    def exact(self) -> bool:  # type: ignore[override]  # a ClassVar elsewhere; here it depends on storage_dtype
+        """False when the snapshots store parameters in a dtype that rounds the live weights.
+
+        The live policy's dtypes are read once the fit has set up the retention callback; before
+        that the weights are assumed float32 (the training default here).
+        """
+        storage = self._retention.store.storage_dtype
+        if storage is None:  # the snapshots keep the training dtype
+            return True
+        module = self._retention.module
+        live = {p.dtype for p in module.parameters() if p.is_floating_point()} if module is not None else {torch.float32}
+        return all(_holds_exactly(storage, dtype) for dtype in live)
 
     def callbacks(self) -> list[L.Callback]:
         return [self._binding, self._retention]
@@ -72,6 +88,14 @@ class SnapshotReference(ReferenceSource):
         if self._rollouts is not None:
             self._retention.release_unreferenced(self._rollouts.live_versions())
         return ref_logprobs
+
+
+def _holds_exactly(storage: torch.dtype, live: torch.dtype) -> bool:
+    """Whether every value of `live` survives a round trip through `storage` (precision and range)."""
+    if storage == live:
+        return True
+    kept, original = torch.finfo(storage), torch.finfo(live)
+    return kept.eps <= original.eps and kept.max >= original.max and kept.smallest_normal <= original.smallest_normal
 
 
 class _BindRollouts(L.Callback):

@@ -1,11 +1,16 @@
 """EWMAReference: the average, the decay, the reference forward, the reset and its metrics."""
 
+import warnings
+
 import pytest
 import torch
 from asyncrl_callbacks import EWMAReference
 from ewma_models import MONITOR, ScriptedModel, loader, tiny_trainer
-from lightning.pytorch import Callback
+from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+
+from lit_asyncrl.reference import EWMAReferenceSource
 
 N_PARAMS = 4 * 3 + 3  # nn.Linear(4, 3)
 
@@ -213,3 +218,108 @@ def test_attach_and_update_without_trainer():
         module.weight.add_(1.0)
     ewma.update()
     torch.testing.assert_close(ewma.averaged_parameters["live.weight"], start + 2 / 3, rtol=0, atol=1e-6)
+
+
+def zero_beta_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "beta=0" in str(w.message)]
+
+
+def test_zero_staleness_window_warns_once_that_the_reference_is_the_live_policy(tmp_path):
+    # Synchronous rollouts: every observed gap is 0, so W = 0, beta = W / (W + 2) = 0 and every update
+    # re-centres the average on the live weights (pi_ref = pi_theta). Warned once, not at every step.
+    ewma = EWMAReference(staleness_window="auto", module_attr="policy", patience=None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        thetas, _, rows = fit_scripted(tmp_path, ewma, 4, gaps=[[0, 0], [0], [0, 0], [0]])
+    assert len(zero_beta_warnings(caught)) == 1
+    assert ewma.staleness_window == 0 and ewma.beta == 0.0
+    assert all(row["at_live"] for row in rows)  # theta_prox = theta after every step
+    assert torch.equal(flat(ewma), thetas[-1])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "gaps"),
+    [
+        (dict(staleness_window="auto"), [[1, 0], [3], [0]]),  # W = 1 from the first update: beta 1/3
+        (dict(staleness_window="auto"), None),  # nothing observed: W = default_window, beta 0.5
+        (dict(beta=0.0), None),  # an explicit beta = 0 is the user's choice, not a silent fallback
+    ],
+)
+def test_no_zero_beta_warning_otherwise(tmp_path, kwargs, gaps):
+    ewma = EWMAReference(module_attr="policy", patience=None, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit_scripted(tmp_path, ewma, 3, gaps=gaps)
+    assert zero_beta_warnings(caught) == []
+
+
+class WarmStartPhase(LightningModule):
+    """A supervised phase on the policy object, fitted by its own Trainer before the RL fit
+    (as `lit_asyncrl.warm_start.WarmStart.run` does)."""
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.mse_loss(self.policy(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.policy.parameters(), lr=0.5)
+
+
+class RLModule(LightningModule):
+    """Trains the same policy object; the reference forward runs before each step."""
+
+    def __init__(self, policy: nn.Module, ewma: EWMAReference) -> None:
+        super().__init__()
+        self.policy, self.ewma = policy, ewma
+        self.reference_outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.ewma.observe_version_gaps(torch.tensor([2]))
+        self.reference_outputs.append((x, self.ewma.reference_forward(x)))
+        return nn.functional.mse_loss(self.policy(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.policy.parameters(), lr=0.1)
+
+
+class AverageAtBatchStart(Callback):
+    """Runs after the EWMA callback: copies the average at the start of every batch, before the step."""
+
+    def __init__(self, ewma: EWMAReference) -> None:
+        self.ewma, self.averages, self.live = ewma, [], []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.averages.append((trainer.global_step, {k: v.clone() for k, v in self.ewma.averaged_parameters.items()}))
+        self.live.append({k: v.detach().clone() for k, v in pl_module.policy.named_parameters()})
+
+
+def test_average_at_the_first_rl_step_equals_the_warmed_up_weights(tmp_path):
+    torch.manual_seed(0)
+    policy = nn.Linear(4, 3)
+    constructed = {k: v.detach().clone() for k, v in policy.named_parameters()}
+    tiny_trainer(tmp_path, 3, []).fit(WarmStartPhase(policy), loader())  # the warm start moves the weights
+    warmed = {k: v.detach().clone() for k, v in policy.named_parameters()}
+    assert not any(torch.equal(warmed[k], constructed[k]) for k in warmed)
+
+    (ewma,) = EWMAReferenceSource().callbacks()  # the library's EWMA reference (module_attr="policy")
+    recorder = AverageAtBatchStart(ewma)
+    model = RLModule(policy, ewma)
+    tiny_trainer(tmp_path, 2, [ewma, recorder]).fit(model, loader())
+
+    step, average = recorder.averages[0]
+    assert step == 0
+    assert average.keys() == warmed.keys()
+    assert all(torch.equal(average[k], warmed[k]) for k in warmed)  # exactly, not approximately
+    x, reference = model.reference_outputs[0]
+    assert torch.equal(reference, nn.functional.linear(x, warmed["weight"], warmed["bias"]))
+    # the first update folds theta_1 in: (beta theta_warm + theta_1) / (beta + 1), beta = W / (W + 2) = 0.5
+    step, after_first = recorder.averages[1]
+    theta_1 = recorder.live[1]
+    assert step == 1
+    for k in warmed:
+        torch.testing.assert_close(after_first[k], (0.5 * warmed[k] + theta_1[k]) / 1.5, rtol=0, atol=1e-6)

@@ -1,6 +1,7 @@
 """effective_bounds (Proposition 1) in closed form, and against the strategies' actual gradients."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,22 @@ def test_bounds_table_rejects_invalid_bounds(capsys):
         main(["--clip-bounds", "1.2", "0.8"])
     assert error.value.code == 2
     assert "clip_bounds" in capsys.readouterr().err
+
+
+def test_bounds_table_defaults_are_the_thresholds_of_the_papers_experiments(capsys):
+    # Table 4's first block (the experiments' setting): discrepancy mask [0.99, 1.01], clip [0.997, 1.004].
+    # 1.003 / 1.006 is one run of the Sec. 6.4 ablation (snap1003_1006), not the default.
+    assert main([]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "discrepancy_bounds=(0.99, 1.01)  clip_bounds=(0.997, 1.004)"
+    # log-linear, n = 1 (alpha = 1/2): mask 0.99^2, 1.01^2; clip 0.997^2, 1.004^2
+    loglinear_n1 = next(line.split() for line in lines if line.split()[:2] == ["loglinear", "1"])
+    assert [float(x) for x in loglinear_n1[2:]] == pytest.approx([0.5, 0.9801, 1.0201, 0.994009, 1.008016], abs=1e-6)
+
+
+def test_docs_bounds_table_is_the_commands_output(capsys):
+    # docs/losses.md shows `python -m lit_asyncrl.losses.bounds_table ...` and its output verbatim.
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "losses.md").read_text()
+    block = docs.split("$ python -m lit_asyncrl.losses.bounds_table", 1)[1].split("```", 1)[0].splitlines()
+    assert main(block[0].split()) == 0
+    assert capsys.readouterr().out.splitlines() == block[1:]

@@ -46,6 +46,8 @@ def tight_kwargs(name):
     kwargs = {}  # interpolation strategies use alpha = 1/(n+1) from the drawn version gaps
     if "discrepancy_bounds" in parameters:
         kwargs["discrepancy_bounds"] = (0.8, 1.25)
+    if "discrepancy_cap" in parameters:  # MIS: two-sided, so both rejections are exercised
+        kwargs.update(discrepancy_floor=0.8, discrepancy_cap=1.25)
     if "clip_bounds" in parameters:
         kwargs["clip_bounds"] = (0.85, 1.15)
     return kwargs
@@ -69,6 +71,18 @@ def test_decoupled_with_reference_equal_to_behaviour_is_ppo_clip(inputs, clip_bo
     torch.testing.assert_close(decoupled.loss, ppo.loss, atol=1e-12, rtol=0)
     torch.testing.assert_close(decoupled_grad, ppo_grad, atol=1e-12, rtol=0)
     assert torch.equal(decoupled.clip_mask, ppo.clip_mask)
+
+
+@SETTINGS
+@given(inputs=batches(), clip_bounds=BOUNDS, discrepancy_bounds=BOUNDS)
+def test_icepop_is_decoupled_ppo_with_the_reports_defaults(inputs, clip_bounds, discrepancy_bounds):
+    # IcePop's M(k) = k on [low, high], 0 outside, is decoupled PPO's mask times sg(r_d): same loss and gradient.
+    kwargs = dict(discrepancy_bounds=discrepancy_bounds, clip_bounds=clip_bounds)
+    icepop, icepop_grad = loss_and_grad("icepop", inputs, **kwargs)
+    decoupled, decoupled_grad = loss_and_grad("decoupled_ppo", inputs, **kwargs)
+    torch.testing.assert_close(icepop.loss, decoupled.loss, atol=1e-12, rtol=0)
+    torch.testing.assert_close(icepop_grad, decoupled_grad, atol=1e-12, rtol=0)
+    assert torch.equal(icepop.discrepancy_mask, decoupled.discrepancy_mask)
 
 
 # ---- independent oracle for the masks --------------------------------------------------------------
@@ -163,14 +177,23 @@ def test_every_strategy_has_an_independent_oracle():
 
 @pytest.mark.parametrize("name", ORACLE_NAMES)
 @SETTINGS
-@given(inputs=batches(), clip_bounds=ORACLE_BOUNDS, discrepancy_bounds=ORACLE_BOUNDS, drop_reference=st.booleans())
-def test_masks_and_zero_gradients_match_an_oracle_computed_from_the_inputs(name, inputs, clip_bounds, discrepancy_bounds, drop_reference):
+@given(inputs=batches(), clip_bounds=ORACLE_BOUNDS, discrepancy_bounds=ORACLE_BOUNDS, drop_reference=st.booleans(),
+       one_sided=st.booleans())  # fmt: skip
+def test_masks_and_zero_gradients_match_an_oracle_computed_from_the_inputs(
+    name, inputs, clip_bounds, discrepancy_bounds, drop_reference, one_sided
+):
     if drop_reference and name in OPTIONAL_REFERENCE:
         inputs.ref_logprobs = None
     parameters = inspect.signature(loss_class(name)).parameters
     kwargs = {"clip_bounds": clip_bounds}
     if "discrepancy_bounds" in parameters:
         kwargs["discrepancy_bounds"] = discrepancy_bounds
+    if "discrepancy_cap" in parameters:  # MIS: one-sided (no floor, the default) or two-sided
+        kwargs["discrepancy_cap"] = discrepancy_bounds[1]
+        if one_sided:
+            discrepancy_bounds = (0.0, discrepancy_bounds[1])  # a ratio is > 0: no lower rejection
+        else:
+            kwargs["discrepancy_floor"] = discrepancy_bounds[0]
     if "dual_clip_bound" in parameters:
         kwargs["dual_clip_bound"] = DUAL_CLIP_BOUND
     out, grad = loss_and_grad(name, inputs, **kwargs)

@@ -24,6 +24,8 @@ def test_required_names_are_registered():
 CONFIG = {
     "clip_bounds": [0.9, 1.1],
     "discrepancy_bounds": [0.7, 1.4],
+    "discrepancy_cap": 1.4,
+    "discrepancy_floor": 0.7,
     "alpha": 0.5,
     "weight_cap": 3,
     "dual_clip_bound": 4,
@@ -34,6 +36,8 @@ CONFIG = {
 STORED = {
     "clip_bounds": (0.9, 1.1),
     "discrepancy_bounds": (0.7, 1.4),
+    "discrepancy_cap": 1.4,
+    "discrepancy_floor": 0.7,
     "alpha": 0.5,
     "weight_cap": 3.0,
     "dual_clip_bound": 4.0,
@@ -91,7 +95,8 @@ def test_clip_bounds_from_a_config_decide_the_clip_mask(name):
     assert_mask(out.clip_mask, CLIP_EXPECTED)  # the defaults (0.8, 1.2) would keep all four
 
 
-# discrepancy_bounds (0.7, 1.4), inclusive: r_d = 1.39 and 0.71 kept, 1.41 and 0.69 dropped.
+# discrepancy_bounds (0.7, 1.4) (MIS: discrepancy_floor 0.7, discrepancy_cap 1.4), inclusive:
+# r_d = 1.39 and 0.71 kept, 1.41 and 0.69 dropped.
 # Strategies with pi_ref get those r_d directly (pi_theta = pi_ref, so r_s = 1); the interpolated
 # _train_infer ones (alpha = 0.5) get r with r_d = r^0.5 (log-linear: 1.95 -> 1.3964, 1.97 -> 1.4036,
 # 0.50 -> 0.7071, 0.48 -> 0.6928) or r_d = 0.5 + 0.5 r (linear: 1.79 -> 1.395, 1.81 -> 1.405,
@@ -104,7 +109,7 @@ DISCREPANCY_POLICY_RATIOS = {
 REFERENCE_DISCREPANCY_RATIOS = [[1.39], [1.41], [0.71], [0.69]]
 
 
-@pytest.mark.parametrize("name", names_taking("discrepancy_bounds"))
+@pytest.mark.parametrize("name", names_taking("discrepancy_bounds") + names_taking("discrepancy_cap"))
 def test_discrepancy_bounds_from_a_config_decide_the_discrepancy_mask(name):
     if name in DISCREPANCY_POLICY_RATIOS:
         inputs = inputs_from_ratios(DISCREPANCY_POLICY_RATIOS[name], [[1.0]] * 4)

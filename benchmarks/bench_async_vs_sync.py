@@ -1,0 +1,136 @@
+"""Asynchrony's payoff: trained tokens per second, async against sync, at simulated tool latency.
+
+The same model (the tiny policy after its warm start), engine, task (guess-the-number: up to four
+agent turns, so five environment answers per episode), batch and group sizes; only `rollout.mode`
+differs. Each environment answer (reset and every step) waits `env.latency_s`. Sync generates
+exactly one batch per weight version and then waits for the trainer; async keeps generating while
+the trainer trains, with up to `buffer_capacity / batch` batches pending or in flight (3 here)
+and tokens at most `max_version_gap` (3) versions old.
+
+Each setting is a real Lightning fit through `lit_asyncrl.train` (warm start, engine, trainer);
+throughput is measured from the end of step `--skip` to the last step: trained policy tokens over
+wall seconds. The version gaps of the trained tokens are counted over the same steps.
+
+Usage::
+
+    python benchmarks/bench_async_vs_sync.py            # latencies 0, 50, 200, 500 ms, 24 steps each
+    python benchmarks/bench_async_vs_sync.py --quick    # 0 and 200 ms, 12 steps each
+
+The last line reads `async/sync at 200 ms: <ratio>x`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+import lightning as L
+
+GROUP_SIZE, GROUPS_PER_BATCH, BATCHES_IN_FLIGHT = 8, 8, 3
+
+
+class ThroughputMeter(L.Callback):
+    """Trained policy tokens and wall time from the end of step `skip`; version-gap counts."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.tokens = 0
+        self.started: float | None = None
+        self.ended: float | None = None
+        self.gaps: collections.Counter[int] = collections.Counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        # The module pulls its own batch (dataloader_iter): read what it trained on from its logged metrics.
+        step = trainer.global_step
+        if step == self.skip:
+            self.started = time.perf_counter()
+        elif step > self.skip:
+            metrics = trainer.callback_metrics
+            self.tokens += int(metrics["train/policy_tokens"])
+            # The loss strategies log trained tokens per version-gap bucket: train/policy_tokens/gap_<n>.
+            for key, value in metrics.items():
+                if key.startswith("train/policy_tokens/gap_"):
+                    self.gaps[int(key.rsplit("_", 1)[1])] += int(value)
+            self.ended = time.perf_counter()
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / (self.ended - self.started)
+
+
+def run_setting(mode: str, latency_s: float, steps: int, skip: int) -> ThroughputMeter:
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lit_asyncrl.config_dir import config_dir
+    from lit_asyncrl.lifecycle import quiet_known_warnings
+    from lit_asyncrl.warm_start import load_tokenizer
+
+    overrides = [
+        f"rollout.mode={mode}",
+        f"env.latency_s={latency_s}",
+        f"rollout.group_size={GROUP_SIZE}",
+        f"rollout.groups_per_batch={GROUPS_PER_BATCH}",
+        f"rollout.buffer_capacity={BATCHES_IN_FLIGHT * GROUP_SIZE * GROUPS_PER_BATCH}",
+        f"rollout.max_concurrent_groups={BATCHES_IN_FLIGHT * GROUPS_PER_BATCH}",
+        f"trainer.max_steps={steps}",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.val_check_interval=100000",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        "trainer.logger=false",
+        "trainer.enable_checkpointing=false",
+        "trainer.callbacks=[]",
+        "trainer.default_root_dir=/tmp/bench_async_vs_sync",
+    ]
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    quiet_known_warnings()
+    L.seed_everything(cfg.seed, verbose=False)
+    module = instantiate(cfg.module, _convert_="all")
+    datamodule = instantiate(cfg.data, _convert_="all")
+    meter = ThroughputMeter(skip)
+    trainer = instantiate(cfg.trainer, _convert_="all", callbacks=[meter])
+    instantiate(cfg.warm_start, _convert_="all").run(
+        module.policy, datamodule.env, load_tokenizer(datamodule.model_path), enable_progress_bar=False
+    )
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    finally:
+        datamodule.rollouts.close()
+    return meter
+
+
+def gap_summary(gaps: collections.Counter[int]) -> str:
+    total = sum(gaps.values()) or 1
+    return " ".join(f"{gap}:{count / total:.2f}" for gap, count in sorted(gaps.items()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="latencies 0 and 200 ms, 12 steps")
+    parser.add_argument("--steps", type=int, default=None, help="steps per setting (default 24, quick 12)")
+    parser.add_argument("--skip", type=int, default=3, help="steps before the measurement starts (warm-up)")
+    args = parser.parse_args()
+    latencies_ms = [0, 200] if args.quick else [0, 50, 200, 500]
+    steps = args.steps or (12 if args.quick else 24)
+    print(f"guess-the-number, {GROUPS_PER_BATCH} groups x {GROUP_SIZE} episodes per batch; async keeps up to {BATCHES_IN_FLIGHT} batches")
+    print(f"pending or in flight; {steps} steps per setting, measured after step {args.skip}\n")
+    print(f"{'latency':>8} {'sync tok/s':>11} {'async tok/s':>12} {'async/sync':>11}  version gaps of trained tokens (async)")
+    ratios = {}
+    for latency_ms in latencies_ms:
+        sync = run_setting("sync", latency_ms / 1000, steps, args.skip)
+        asynchronous = run_setting("async", latency_ms / 1000, steps, args.skip)
+        ratios[latency_ms] = asynchronous.tokens_per_s / sync.tokens_per_s
+        print(
+            f"{latency_ms:>6} ms {sync.tokens_per_s:>11.0f} {asynchronous.tokens_per_s:>12.0f} {ratios[latency_ms]:>10.2f}x  "
+            f"{gap_summary(asynchronous.gaps)} (sync: {gap_summary(sync.gaps)})",
+            flush=True,
+        )
+    print("\ntarget: async at least 3x sync at 200 ms")
+    print(f"async/sync at 200 ms: {ratios[200]:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
