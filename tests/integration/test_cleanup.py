@@ -135,8 +135,9 @@ def test_an_environment_that_raises_fails_the_run_and_cleans_up(tmp_path):
 
 @pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
 def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_path, signum, expected_code):
-    # Every environment answer takes 2 s: the trainer is waiting for its first batch when the signal comes.
-    run = Run(["env.latency_s=2.0", "trainer.max_steps=5"], tmp_path)
+    # Every environment answer takes 2 s: the trainer is waiting for its first batch when the signal
+    # comes (no held-out evaluation before training, so the wait for the batch is what is interrupted).
+    run = Run(["env.latency_s=2.0", "trainer.max_steps=5", "trainer.num_sanity_val_steps=0"], tmp_path)
     run.wait_for(run.weights_pushed, "the service start")
     time.sleep(2)  # the producer is generating, the trainer blocks in next_batch
     assert not (tmp_path / "metrics.csv").exists()

@@ -53,7 +53,17 @@ def test_async_recompute_reference_absorbs_staleness_into_r_d(tmp_path):
 
 
 def test_ppo_ewma_starts_from_the_warmed_up_weights_and_logs_its_state(tmp_path):
-    run_hydra(["experiment=ppo_ewma", "trainer.max_steps=10", f"hydra.run.dir={tmp_path}", *SMALL_RUN, "rollout.max_concurrent_groups=8"])
+    # 30 warm-start steps: after 5 every episode can be malformed (equal rewards, no gradient, no change).
+    run_hydra(
+        [
+            "experiment=ppo_ewma",
+            "trainer.max_steps=10",
+            f"hydra.run.dir={tmp_path}",
+            *SMALL_RUN,
+            "rollout.max_concurrent_groups=8",
+            "model.warm_start_steps=30",
+        ]
+    )
     rows = read_rows(tmp_path / "metrics.csv")
     assert len(rows) == 10
     # Step 0: the average holds only the weights the RL fit starts with, which sampled every token
