@@ -60,7 +60,9 @@ class Run:
         self.descendants: set[int] = set()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
-        self.process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint
+        )
 
     def track(self) -> list[int]:
         kids = children_of(self.process.pid)
@@ -115,6 +117,13 @@ class Run:
         left = [pid for pid in self.descendants if alive(pid)]
         assert left == [], [_cmdline(pid) for pid in left]
         assert engine_temp_dirs() - self.temp_dirs_before == set()
+
+
+def _default_sigint() -> None:
+    # A shell that starts a job in the background (`cmd &`, as some CI runners do) starts it with
+    # SIGINT ignored, and Python keeps an ignored SIGINT ignored: the run would never see Ctrl-C.
+    # A user's terminal delivers it to a foreground run, which is what these tests model.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cmdline(pid: int) -> bytes:
