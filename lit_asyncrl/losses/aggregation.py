@@ -7,7 +7,18 @@ Only tokens that are not policy tokens, or whose inputs were non-finite, leave t
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
+
+
+def count_true(mask: Tensor, dim: int | None = None, *, keepdim: bool = False) -> Tensor:
+    """``mask.sum(dim)`` for a bool mask: the same counts, without the bool reduction (slow on CPU).
+
+    The whole-tensor count is int64; per-row counts are int32 (a row is far shorter than 2**31).
+    """
+    if dim is None:
+        return torch.count_nonzero(mask)
+    return mask.view(torch.uint8).sum(dim=dim, keepdim=keepdim, dtype=torch.int32)
 
 
 def aggregate(token_loss: Tensor, valid: Tensor, aggregation: str, normalizer: float | None = None) -> Tensor:
@@ -26,10 +37,10 @@ def aggregate(token_loss: Tensor, valid: Tensor, aggregation: str, normalizer: f
     the result is exactly 0 with a zero gradient.
     """
     if aggregation == "token_mean":
-        return token_loss.sum() / valid.sum().clamp(min=1)
+        return token_loss.sum() / count_true(valid).clamp(min=1)
     if aggregation == "fixed":
         return token_loss.sum() / normalizer
-    tokens_per_sequence = valid.sum(dim=-1).to(token_loss.dtype)  # [B]
+    tokens_per_sequence = count_true(valid, dim=-1).to(token_loss.dtype)  # [B]
     sequence_loss = token_loss.sum(dim=-1)  # [B]
     if aggregation == "seq_mean_token_mean":
         sequence_loss = sequence_loss / tokens_per_sequence.clamp(min=1.0)

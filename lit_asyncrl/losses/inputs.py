@@ -105,16 +105,25 @@ def prepare_inputs(inputs: LossInputs, *, use_reference: bool) -> PreparedInputs
     behavior = inputs.behavior_logprobs.detach().to(dtype)
     advantages = inputs.advantages.detach().to(dtype)
     ref = inputs.ref_logprobs.detach().to(dtype) if use_reference and inputs.ref_logprobs is not None else None
-
-    # One fused check: a sum is finite iff every term is (a float32 sum of finite log-probs and
-    # advantages overflows only past 3e38), which halves the cost of four isfinite() calls.
-    checked = logprobs.detach() + behavior + advantages  # [B, T]
-    if ref is not None:
-        checked = checked + ref
-    finite = torch.isfinite(checked)  # [B, T]
     policy = inputs.loss_mask if inputs.loss_mask.dtype == torch.bool else inputs.loss_mask.bool()  # [B, T]
-    version_gap = inputs.version_gap.long().clamp(min=0) if inputs.version_gap is not None else None
-    if bool(finite.all()):  # the common case: nothing to sanitise
+    version_gap = inputs.version_gap.long() if inputs.version_gap is not None else None
+    floats = [logprobs.detach(), behavior, advantages] + ([ref] if ref is not None else [])
+
+    all_finite, gap_nonnegative = _quick_checks(floats, version_gap)
+    if version_gap is not None and not gap_nonnegative:
+        version_gap = version_gap.clamp(min=0)
+    if all_finite:  # the common case: nothing to sanitise
+        no_token = torch.zeros((), dtype=torch.long, device=policy.device)
+        return PreparedInputs(logprobs, behavior, advantages, policy, ref, version_gap, nonfinite_tokens=no_token)
+
+    # The exact per-token check, when the reductions could not rule out a problem. One fused check: a
+    # sum is finite iff every term is (a float32 sum of finite log-probs and advantages overflows only
+    # past 3e38), which halves the cost of four isfinite() calls.
+    checked = floats[0] + floats[1]  # [B, T]
+    for tensor in floats[2:]:
+        checked = checked + tensor
+    finite = torch.isfinite(checked)  # [B, T]
+    if bool(finite.all()):  # large but finite values: nothing to sanitise either
         no_token = torch.zeros((), dtype=torch.long, device=policy.device)
         return PreparedInputs(logprobs, behavior, advantages, policy, ref, version_gap, nonfinite_tokens=no_token)
 
@@ -131,3 +140,22 @@ def prepare_inputs(inputs: LossInputs, *, use_reference: bool) -> PreparedInputs
         version_gap=version_gap,
         nonfinite_tokens=(policy & ~finite).sum(),
     )
+
+
+def _quick_checks(floats: list[Tensor], version_gap: Tensor | None) -> tuple[bool, bool]:
+    """``(every float input is finite and small enough, every version gap is >= 0)``, one host transfer.
+
+    Reductions only (``aminmax``, no [B, T] temporary): when every value lies within ``+-max/4`` of the
+    dtype, no token's sum of its (at most four) inputs can overflow, so the fused per-token check
+    below would pass every token. NaN propagates through min/max and fails the test, as does +-inf;
+    then, or for huge finite values, the exact per-token check runs.
+    """
+    if floats[0].numel() == 0:
+        return True, True
+    extremes = [value for tensor in floats for value in torch.aminmax(tensor)]
+    if version_gap is not None:
+        extremes.append(version_gap.min().to(floats[0].dtype))
+    stats = torch.stack(extremes).tolist()
+    gap_nonnegative = version_gap is None or stats.pop() >= 0
+    limit = torch.finfo(floats[0].dtype).max / 4
+    return all(-limit <= value <= limit for value in stats), gap_nonnegative

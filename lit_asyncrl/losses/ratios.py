@@ -13,7 +13,10 @@ LOG_RATIO_LIMIT = 20.0
 
 def ratio(log_numerator: Tensor, log_denominator: Tensor) -> Tensor:
     """``exp(log_numerator - log_denominator)`` with the log-ratio clamped to ``+-LOG_RATIO_LIMIT``."""
-    return torch.exp((log_numerator - log_denominator).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT))
+    log_ratio = log_numerator - log_denominator
+    if log_ratio.requires_grad:  # exp_ in place on clamp's fresh output: its backward keeps what it needs
+        return log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp_()
+    return log_ratio.clamp_(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT).exp_()  # a weight: one [B, T] tensor, no copies
 
 
 def unit_with_gradient(logprobs: Tensor) -> Tensor:
@@ -32,7 +35,13 @@ def trust_region_mask(ratio_value: Tensor, advantages: Tensor, bounds: tuple[flo
     where the PPO term passes gradient. ``A = 0`` counts as positive, as in the paper.
     """
     low, high = bounds
-    return torch.where(advantages >= 0, ratio_value <= high, ratio_value >= low)
+    positive = advantages >= 0
+    below_high, above_low = ratio_value <= high, ratio_value >= low
+    # bool algebra rather than torch.where on bool tensors, which is not vectorised on CPU (~10x
+    # slower); in place on the fresh comparisons unless the shapes broadcast
+    if below_high.shape == positive.shape:
+        return below_high.logical_and_(positive).logical_or_(above_low.logical_and_(positive.logical_not_()))
+    return (below_high & positive) | (above_low & ~positive)
 
 
 def clipped_surrogate(ratio_value: Tensor, advantages: Tensor, bounds: tuple[float, float]) -> tuple[Tensor, Tensor]:
@@ -45,9 +54,11 @@ def clipped_surrogate(ratio_value: Tensor, advantages: Tensor, bounds: tuple[flo
         objective ``[B, T]`` (to maximise) and the bool trust-region mask ``[B, T]``.
     """
     low, high = bounds
-    inside = trust_region_mask(ratio_value.detach(), advantages, bounds)  # [B, T]
-    clipped = ratio_value.detach().clamp(low, high) * advantages  # [B, T], no gradient
-    return torch.where(inside, ratio_value * advantages, clipped), inside
+    detached = ratio_value.detach()
+    inside = trust_region_mask(detached, advantages, bounds)  # [B, T]
+    # where(inside, r, sg(clip(r))) * A: the same products as where(inside, r A, sg(clip(r)) A), one
+    # multiplication fewer
+    return torch.where(inside, ratio_value, detached.clamp(low, high)) * advantages, inside
 
 
 def in_bounds(value: Tensor, bounds: tuple[float, float]) -> Tensor:

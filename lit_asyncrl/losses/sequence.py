@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lit_asyncrl.losses.aggregation import count_true
 from lit_asyncrl.losses.ratios import LOG_RATIO_LIMIT
 
 
@@ -16,7 +17,7 @@ def sequence_log_ratio_sum(log_numerator: Tensor, log_denominator: Tensor, valid
 
 def sequence_log_ratio_mean(log_numerator: Tensor, log_denominator: Tensor, valid: Tensor) -> Tensor:
     """``(1/|y|) sum_t log(num_t / den_t)``, the log of the geometric-mean ratio, ``[B, 1]``, detached."""
-    tokens = valid.sum(dim=-1, keepdim=True).clamp(min=1)  # [B, 1]
+    tokens = count_true(valid, dim=-1, keepdim=True).clamp(min=1)  # [B, 1]
     return sequence_log_ratio_sum(log_numerator, log_denominator, valid) / tokens
 
 
