@@ -30,3 +30,13 @@ def encode_text(tokenizer: Any, text: str, source: str = "environment text") -> 
             "the built-in tiny policy covers printable ASCII and newline: change the text or use a model with a byte-level tokenizer"
         )
     return ids
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads batches: the tokenizer's pad token, else its EOS (many chat models have no
+    pad token; padded positions are masked out of attention and loss, so any id works)."""
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the policy's tokenizer has neither a pad nor an EOS token to pad batches with")
+    return tokenizer.eos_token_id

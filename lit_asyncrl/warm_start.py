@@ -19,23 +19,26 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.env_calls import call_blocking
+from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_format_for
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
-from lit_asyncrl.text import encode_text
+from lit_asyncrl.text import pad_token_id
 
 
-def demonstration_trajectories(env: Environment, tokenizer: Any, num_episodes: int, rng: random.Random) -> list[Trajectory]:
-    """Scripted plays as trajectories: demonstrated agent turns are the policy tokens."""
+def demonstration_trajectories(env: Environment, episode_format: EpisodeFormat, num_episodes: int, rng: random.Random) -> list[Trajectory]:
+    """Scripted plays as trajectories, in the format the engine's episodes have (raw text or the
+    chat template): demonstrated agent turns are the policy tokens."""
     trajectories = []
     for _ in range(num_episodes):
         instance = env.sample_instance(rng)
         trajectory = Trajectory(group_id=-1)
-        first_observation = call_blocking(env.new_episode(instance).reset, rng.getrandbits(31))
-        trajectory.extend_context([tokenizer.bos_token_id, *encode_text(tokenizer, first_observation, f"{type(env).__name__}.reset")])
-        for action, observation in env.demonstration(instance):
-            action_ids = encode_text(tokenizer, action, f"{type(env).__name__}.demonstration")
+        episode_format.open(trajectory, call_blocking(env.new_episode(instance).reset, rng.getrandbits(31)))
+        demonstration = list(env.demonstration(instance))
+        for turn, (action, observation) in enumerate(demonstration):
+            action_ids = episode_format.demonstrated_turn_ids(action)
             trajectory.extend_policy(action_ids, [0.0] * len(action_ids), [0] * len(action_ids))
-            trajectory.extend_context(encode_text(tokenizer, observation, f"{type(env).__name__}.demonstration"))
+            if turn + 1 < len(demonstration):  # an episode's last answer is never shown to the agent
+                episode_format.add_observation(trajectory, observation)
         trajectories.append(trajectory)
     return trajectories
 
@@ -44,12 +47,14 @@ class DemonstrationStream(IterableDataset):
     """Endless collated batches of scripted plays, drawn from `seed`."""
 
     def __init__(self, env: Environment, tokenizer: Any, batch_size: int, seed: int) -> None:
-        self.env, self.tokenizer, self.batch_size, self.seed = env, tokenizer, batch_size, seed
+        self.env, self.batch_size, self.seed = env, batch_size, seed
+        self.episode_format = episode_format_for(tokenizer, env)
+        self.pad_id = pad_token_id(tokenizer)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rng = random.Random(self.seed)
         while True:
-            yield collate(demonstration_trajectories(self.env, self.tokenizer, self.batch_size, rng), pad_id=self.tokenizer.pad_token_id)
+            yield collate(demonstration_trajectories(self.env, self.episode_format, self.batch_size, rng), pad_id=self.pad_id)
 
 
 class SupervisedWarmStart(L.LightningModule):

@@ -76,6 +76,12 @@ class Environment(abc.ABC):
     max_turns: int = 1
     #: Share of the instance space kept for evaluation by the default `is_held_out`.
     held_out_fraction: float = 0.2
+    #: Chat-template models only: instructions sent as the system message (raw-text policies,
+    #: like the built-in tiny one, read only the observations).
+    system_prompt: str | None = None
+    #: Chat-template models only: the role of the environment's answers after an agent turn,
+    #: "user" (a simulated user) or "tool" (a tool result; "user" where the template has no tool role).
+    observation_role: str = "user"
 
     def __init__(self, latency_s: float = 0.0, episode_timeout_s: float | None = None) -> None:
         if latency_s < 0:

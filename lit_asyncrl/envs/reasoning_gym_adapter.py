@@ -106,6 +106,8 @@ class ReasoningGymEnv(Environment):
         seed: the dataset's seed.
         config: the task's own settings, passed to `create_dataset` (e.g. `{min_terms: 2}`).
         prompt: template of the prompt; `{question}` is the question without trailing newlines.
+        system_prompt: chat-template models only: the system message (e.g. "Reply with the
+            final answer only."); None = the template's default.
         turn_stop: the text that ends the answer (one token of the policy's tokenizer).
         max_turn_tokens: most tokens in the answer.
         ascii_only: keep only entries whose question and answer are printable ASCII and newlines.
@@ -122,6 +124,7 @@ class ReasoningGymEnv(Environment):
         seed: int = 42,
         config: Mapping[str, Any] | None = None,
         prompt: str = "{question}\n",
+        system_prompt: str | None = None,
         turn_stop: str = "\n",
         max_turn_tokens: int = 32,
         ascii_only: bool = False,
@@ -146,6 +149,7 @@ class ReasoningGymEnv(Environment):
         self.task, self.size, self.seed = task, int(size), int(seed)
         self.config = dict(config or {})
         self.prompt_template = prompt
+        self.system_prompt = system_prompt
         self.turn_stop = turn_stop
         self.max_turn_tokens = int(max_turn_tokens)
         self.ascii_only = bool(ascii_only)

@@ -180,6 +180,13 @@ class ServiceDeskEnv(Environment):
     """
 
     turn_stop = "\n"
+    observation_role = "tool"
+    # Chat models are told the tools' syntax, never the rules (the reward teaches those).
+    system_prompt = (
+        "You are a service desk agent. Each message of yours is exactly one command: `look ID` shows an "
+        "order, `refund ID` refunds it, `cancel ID` cancels it, and `reply WORD` answers the customer and "
+        f"ends the conversation (WORD is one of: {', '.join(REPLY_WORDS)})."
+    )
     #: The longest valid call, `reply delivered\n` (16 characters); order ids have two digits.
     max_turn_tokens = max(len(f"reply {word}\n") for word in REPLY_WORDS)
 

@@ -9,14 +9,14 @@ from typing import Any
 from lit_asyncrl.envs.base import Environment, Transition
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
+from lit_asyncrl.rollout.episode_format import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory
-from lit_asyncrl.text import encode_text
 
 
 async def play_episode(
     engine: VLLMEngine,
     env: Environment,
-    tokenizer: Any,
+    episode_format: EpisodeFormat,
     instance: object,
     trajectory: Trajectory,
     *,
@@ -28,7 +28,9 @@ async def play_episode(
 ) -> Trajectory:
     """Alternate agent turns (sampled by the engine) and environment answers until done.
 
-    Each turn is a new request on the whole context so far; the engine may swap weights in the
+    `episode_format` puts the tokens around the environment's text (raw text or the chat template)
+    and says where a turn stops. Each turn is a new request on the whole context so far (the
+    trajectory's own ids, never a re-tokenized conversation); the engine may swap weights in the
     middle of a turn, in which case the turn's tokens carry two versions (a partial rollout).
     An episode that outlives `env.episode_timeout_s` ends there, keeping its tokens and the reward
     it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far.
@@ -37,7 +39,7 @@ async def play_episode(
     started = time.monotonic()
     try:
         async with asyncio.timeout(env.episode_timeout_s):
-            await _play_turns(engine, env, episode, tokenizer, trajectory, call_env, temperature, top_k, max_context, seed)
+            await _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed)
     except TimeoutError:
         trajectory.timed_out = True
     finally:
@@ -48,11 +50,10 @@ async def play_episode(
     return trajectory
 
 
-async def _play_turns(engine, env, episode, tokenizer, trajectory, call_env, temperature, top_k, max_context, seed) -> None:
+async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed) -> None:
     first_observation = await call_env(episode.reset, seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
-    trajectory.extend_context([tokenizer.bos_token_id, *encode_text(tokenizer, first_observation, f"{type(env).__name__}.reset")])
-    stop_ids = [_single_token_id(tokenizer, env.turn_stop), tokenizer.eos_token_id]
+    episode_format.open(trajectory, first_observation)
     for _ in range(env.max_turns):
         room = max_context - len(trajectory.token_ids)
         if room < 1:
@@ -63,19 +64,19 @@ async def _play_turns(engine, env, episode, tokenizer, trajectory, call_env, tem
             max_tokens=min(env.max_turn_tokens, room),
             temperature=temperature,
             top_k=top_k,
-            stop_token_ids=stop_ids,
+            stop_token_ids=episode_format.stop_token_ids,
             # Provisional versions; the engine's final spans below are authoritative.
             on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
         )
         trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
         trajectory.num_turns += 1
-        result = _as_transition(await call_env(episode.step, tokenizer.decode(turn.token_ids, skip_special_tokens=False)), env)
+        result = _as_transition(await call_env(episode.step, episode_format.action_text(turn.token_ids)), env)
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
         if result.terminated or result.truncated:
             break
-        trajectory.extend_context(encode_text(tokenizer, result.observation, f"{type(env).__name__}.step"))
+        episode_format.add_observation(trajectory, result.observation)
 
 
 def _as_transition(result: Any, env: Environment) -> Transition:
@@ -87,10 +88,3 @@ def _as_transition(result: Any, env: Environment) -> Transition:
     raise TypeError(
         f"{type(env).__name__}: step() must return a Transition (observation, reward, terminated, truncated, info), got {result!r}"
     )
-
-
-def _single_token_id(tokenizer: Any, text: str) -> int:
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) != 1 or ids[0] == getattr(tokenizer, "unk_token_id", None):
-        raise ValueError(f"env.turn_stop={text!r} must be a single token of the policy's tokenizer, got ids {ids}")
-    return ids[0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
@@ -13,6 +12,7 @@ from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
+from lit_asyncrl.rollout.episode_format import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 
 
@@ -29,7 +29,7 @@ class RolloutProducer:
         self,
         engine: VLLMEngine,
         env: Environment,
-        tokenizer: Any,
+        episode_format: EpisodeFormat,
         buffer: RolloutBuffer,
         *,
         group_size: int,
@@ -41,7 +41,7 @@ class RolloutProducer:
         groups_per_version: int | None = None,
         old_logit_model: DedicatedOldLogitModel | None = None,
     ) -> None:
-        self.engine, self.env, self.tokenizer, self.buffer = engine, env, tokenizer, buffer
+        self.engine, self.env, self.episode_format, self.buffer = engine, env, episode_format, buffer
         self.group_size = group_size
         self.max_concurrent_groups = max_concurrent_groups
         self.sampling = {"temperature": temperature, "top_k": top_k, "max_context": max_context}
@@ -138,7 +138,7 @@ class RolloutProducer:
             await asyncio.gather(
                 *(
                     play_episode(
-                        self.engine, self.env, self.tokenizer, instance, trajectory, call_env=self.call_env, seed=seed, **self.sampling
+                        self.engine, self.env, self.episode_format, instance, trajectory, call_env=self.call_env, seed=seed, **self.sampling
                     )
                     for trajectory, seed in zip(trajectories, seeds)
                 )

@@ -16,10 +16,12 @@ from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
+from lit_asyncrl.rollout.episode_format import episode_format_for
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.rollout.service import RolloutServiceError, ScoreFn
+from lit_asyncrl.text import pad_token_id
 
 
 class VLLMRolloutService:
@@ -72,6 +74,9 @@ class VLLMRolloutService:
         self.engine_config, self.seed = engine_config, seed
         self.liveness_poll_s = liveness_poll_s
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        # Made here, before any engine starts: an unusable chat template or stop text fails fast.
+        self.episode_format = episode_format_for(self.tokenizer, env)
+        self.pad_id = pad_token_id(self.tokenizer)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
         self.engine: VLLMEngine | None = None
         self.producer: RolloutProducer | None = None
@@ -91,9 +96,7 @@ class VLLMRolloutService:
             self.engine = VLLMEngine(self.model_path, self.engine_config)
             self.engine.start(initial_version=version)
             if self._use_dedicated:
-                self.dedicated = DedicatedOldLogitModel(
-                    self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id
-                )
+                self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
                 self.dedicated.start(self.engine.loop)
                 self.dedicated.send_weights(weights, version)
             self.engine.push_weights(weights, version)
@@ -101,7 +104,7 @@ class VLLMRolloutService:
             self.producer = RolloutProducer(
                 self.engine,
                 self.env,
-                self.tokenizer,
+                self.episode_format,
                 self.buffer,
                 group_size=self.group_size,
                 max_concurrent_groups=self.max_concurrent_groups,
@@ -148,7 +151,7 @@ class VLLMRolloutService:
                         f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise data.batch_timeout_s "
                         f"if generation is this slow); rollout stats: {self.stats()}"
                     ) from None
-        batch = collate([t for group in groups for t in group], pad_id=self.tokenizer.pad_token_id)
+        batch = collate([t for group in groups for t in group], pad_id=self.pad_id)
         batch["temperature"] = self.temperature
         batch["top_k"] = self.top_k
         return batch
@@ -179,7 +182,15 @@ class VLLMRolloutService:
             trajectory = Trajectory(group_id=-1)
             max_context = self.engine_config.max_model_len
             return await play_episode(
-                engine, self.env, self.tokenizer, instance, trajectory, call_env=call_env, seed=seed, max_context=max_context, **sampling
+                engine,
+                self.env,
+                self.episode_format,
+                instance,
+                trajectory,
+                call_env=call_env,
+                seed=seed,
+                max_context=max_context,
+                **sampling,
             )
 
         async def play_all() -> list[Trajectory]:
@@ -251,7 +262,7 @@ class VLLMRolloutService:
             return collect_unscored(self._unfinished_trajectories())
 
         requests = engine.run(collect())
-        scores = score_requests(score_fn, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.tokenizer.pad_token_id)
+        scores = score_requests(score_fn, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
 
         async def write_back():
             return attach(requests, scores, version)

@@ -16,6 +16,7 @@ from lit_asyncrl.envs import Environment, GuessNumberEnv, Transition
 from lit_asyncrl.rollout.engine import TurnOutput
 from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
 from lit_asyncrl.rollout.episode import play_episode
+from lit_asyncrl.rollout.episode_format import PlainFormat
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import UnencodableTextError, encode_text
 from tests.unit.test_producer import FakeEngine
@@ -70,7 +71,17 @@ def play_many(engine, env, tokenizer, count: int, workers: int) -> tuple[list[Tr
 
     async def run_all():
         plays = [
-            play_episode(engine, env, tokenizer, 5, Trajectory(group_id=0), call_env=caller, temperature=1.0, top_k=-1, max_context=256)
+            play_episode(
+                engine,
+                env,
+                PlainFormat(tokenizer, env),
+                5,
+                Trajectory(group_id=0),
+                call_env=caller,
+                temperature=1.0,
+                top_k=-1,
+                max_context=256,
+            )
             for _ in range(count)
         ]
         return await asyncio.gather(*plays)

@@ -19,6 +19,7 @@ import pytest
 from lit_asyncrl.envs import GuessNumberEnv
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.engine import EngineConfig, TurnOutput
+from lit_asyncrl.rollout.episode_format import PlainFormat
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.service import RolloutServiceError
@@ -100,7 +101,8 @@ def engines():
         def producer(self, engine: FakeEngine, buffer: RolloutBuffer, tokenizer, **overrides) -> RolloutProducer:
             settings = dict(group_size=2, max_concurrent_groups=4, temperature=1.0, top_k=-1, max_context=256, seed=0)
             settings.update(overrides)
-            producer = RolloutProducer(engine, GuessNumberEnv(), tokenizer, buffer, **settings)
+            env = GuessNumberEnv()
+            producer = RolloutProducer(engine, env, PlainFormat(tokenizer, env), buffer, **settings)
             next(entry for entry in made if entry[0] is engine)[1].append(producer)
             return producer
 
