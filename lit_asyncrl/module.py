@@ -34,6 +34,9 @@ class AsyncRLModule(L.LightningModule):
         reference: where pi_ref comes from (`lit_asyncrl.reference`); None = `NoReference()`.
         lr, weight_decay: AdamW.
         entropy_coef: weight of an entropy bonus on policy tokens (guards against collapse).
+        train_last_layers: train only the last this many decoder layers and the final norm (the
+            rest, embeddings and a tied head included, stay frozen); None = train everything.
+            Makes a real model's step affordable on a CPU: frozen layers run forward only.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class AsyncRLModule(L.LightningModule):
         lr: float = 3e-4,
         weight_decay: float = 0.0,
         entropy_coef: float = 0.0,
+        train_last_layers: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters(ignore=["loss", "reference"])
@@ -54,6 +58,8 @@ class AsyncRLModule(L.LightningModule):
 
         self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
         self.policy.train()  # from_pretrained returns eval mode
+        if train_last_layers is not None:
+            freeze_all_but_last_layers(self.policy, train_last_layers)
         self.task_success = MeanMetric()
         # Held-out metrics, made at the first validation batch (k comes with the batch).
         self.eval_metrics = torch.nn.ModuleDict()
@@ -61,7 +67,8 @@ class AsyncRLModule(L.LightningModule):
         self._last_step_start: float | None = None
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.policy.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        trainable = [parameter for parameter in self.policy.parameters() if parameter.requires_grad]
+        return torch.optim.AdamW(trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
     def configure_callbacks(self) -> list[L.Callback]:
         from lit_asyncrl.trainer_callbacks import EngineWeightSync, RolloutStatsLogger
@@ -156,7 +163,7 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
-        metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"]))
+        metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap))
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
         self.log_dict(metrics, batch_size=size)
@@ -181,6 +188,22 @@ class AsyncRLModule(L.LightningModule):
             )
 
 
+def freeze_all_but_last_layers(policy: torch.nn.Module, count: int) -> None:
+    """Leave only the last `count` decoder layers and the final norm trainable."""
+    decoder = policy.get_decoder()
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"model.train_last_layers: {type(policy).__name__} has no decoder `layers` list to choose from")
+    if not 1 <= count <= len(layers):
+        raise ValueError(f"model.train_last_layers must be in 1..{len(layers)} for this model, got {count}")
+    policy.requires_grad_(False)
+    for layer in layers[len(layers) - count :]:
+        layer.requires_grad_(True)
+    norm = getattr(decoder, "norm", None)
+    if isinstance(norm, torch.nn.Module):
+        norm.requires_grad_(True)
+
+
 def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) -> None:
     """Refuse a loss that needs pi_ref without a reference source, before anything loads."""
     if not isinstance(loss, LossStrategy):
@@ -194,16 +217,29 @@ def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) ->
         )
 
 
-def _reference_gap_metrics(ref_logprobs: torch.Tensor | None, behavior_logprobs: torch.Tensor, loss_mask: torch.Tensor) -> dict[str, float]:
-    """|log pi_ref - log mu| on scored policy tokens: the train-inference gap the reference sees.
+def _reference_gap_metrics(
+    ref_logprobs: torch.Tensor | None, behavior_logprobs: torch.Tensor, loss_mask: torch.Tensor, version_gap: torch.Tensor
+) -> dict[str, float]:
+    """|log pi_ref - log mu| on scored policy tokens: the train-inference gap the reference sees,
+    overall and per version gap (`.../gap_n`).
 
-    With an exact reference and an fp32 engine it stays at numerical noise at every version gap;
-    unscored (non-finite) tokens are left out here and counted by the loss instead.
+    With an exact reference, pi_ref is pi_old at each token's own version, so this is the
+    training-inference discrepancy alone: numerical noise at every gap with an fp32 engine, the
+    paper's gap with a bf16 one. Unscored (non-finite) tokens are left out here and counted by
+    the loss instead.
     """
     if ref_logprobs is None:
         return {}
-    log_rd = (ref_logprobs - behavior_logprobs)[loss_mask].abs()
-    log_rd = log_rd[torch.isfinite(log_rd)]
-    if not log_rd.numel():
+    log_rd = (ref_logprobs - behavior_logprobs).abs()
+    scored = loss_mask & torch.isfinite(log_rd)
+    if not scored.any():
         return {}
-    return {"train/ref_behavior_logratio_absmax": log_rd.max().item(), "train/ref_behavior_logratio_absmean": log_rd.mean().item()}
+    metrics = {
+        "train/ref_behavior_logratio_absmax": log_rd[scored].max().item(),
+        "train/ref_behavior_logratio_absmean": log_rd[scored].mean().item(),
+    }
+    for gap in torch.unique(version_gap[scored]).tolist():
+        values = log_rd[scored & (version_gap == gap)]
+        metrics[f"train/ref_behavior_logratio_absmax/gap_{gap}"] = values.max().item()
+        metrics[f"train/ref_behavior_logratio_absmean/gap_{gap}"] = values.mean().item()
+    return metrics
