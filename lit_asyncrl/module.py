@@ -12,6 +12,7 @@ from torchmetrics import MeanMetric
 
 from lit_asyncrl.eval_metrics import AvgAtK, PassAtK
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
+from lit_asyncrl.losses.metrics import GAP_BUCKETS
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
@@ -163,10 +164,16 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
-        metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap))
+        gap_metrics = _reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap)
+        per_gap = {key: value for key, value in gap_metrics.items() if "/gap_" in key}
+        metrics.update({key: value for key, value in gap_metrics.items() if key not in per_gap})
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
         self.log_dict(metrics, batch_size=size)
+        # A version gap absent from a step must be absent from its row, but `self.log` repeats a
+        # key's last value at every later step: these go to the loggers directly.
+        for logger in self.loggers if per_gap else ():
+            logger.log_metrics(per_gap, step=self.global_step)
         progress = {"success": batch["success"].mean().item(), "gap": metrics["train/version_gap_max"]}
         if step_s is not None:
             progress["step_s"] = step_s
@@ -221,7 +228,7 @@ def _reference_gap_metrics(
     ref_logprobs: torch.Tensor | None, behavior_logprobs: torch.Tensor, loss_mask: torch.Tensor, version_gap: torch.Tensor
 ) -> dict[str, float]:
     """|log pi_ref - log mu| on scored policy tokens: the train-inference gap the reference sees,
-    overall and per version gap (`.../gap_n`).
+    overall and per version gap (`.../gap_0` ... `.../gap_3`, `.../gap_4plus`).
 
     With an exact reference, pi_ref is pi_old at each token's own version, so this is the
     training-inference discrepancy alone: numerical noise at every gap with an fp32 engine, the
@@ -238,8 +245,9 @@ def _reference_gap_metrics(
         "train/ref_behavior_logratio_absmax": log_rd[scored].max().item(),
         "train/ref_behavior_logratio_absmean": log_rd[scored].mean().item(),
     }
-    for gap in torch.unique(version_gap[scored]).tolist():
-        values = log_rd[scored & (version_gap == gap)]
-        metrics[f"train/ref_behavior_logratio_absmax/gap_{gap}"] = values.max().item()
-        metrics[f"train/ref_behavior_logratio_absmean/gap_{gap}"] = values.mean().item()
+    bucket = version_gap.clamp(max=len(GAP_BUCKETS) - 1)  # the last bucket is gap_4plus
+    for index in torch.unique(bucket[scored]).tolist():
+        values = log_rd[scored & (bucket == index)]
+        metrics[f"train/ref_behavior_logratio_absmax/{GAP_BUCKETS[index]}"] = values.max().item()
+        metrics[f"train/ref_behavior_logratio_absmean/{GAP_BUCKETS[index]}"] = values.mean().item()
     return metrics

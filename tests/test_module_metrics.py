@@ -13,16 +13,16 @@ def test_reference_gap_ignores_context_and_unscored_tokens_and_splits_by_version
     ref = torch.tensor([[0.0, -1.0, math.nan, -2.0, -3.0]])
     mu = torch.tensor([[5.0, -1.5, -1.0, -1.75, -2.0]])
     policy = torch.tensor([[False, True, True, True, True]])
-    gap = torch.tensor([[0, 0, 1, 2, 2]])
+    gap = torch.tensor([[0, 0, 1, 5, 4]])
     # policy tokens: |-1 + 1.5| = 0.5 (gap 0), NaN (unscored, left out), |-2 + 1.75| = 0.25 and
-    # |-3 + 2| = 1.0 (gap 2); nothing scored at gap 1, so no gap_1 entries.
+    # |-3 + 2| = 1.0 (gaps 5 and 4: bucket gap_4plus); nothing scored at gap 1, so no gap_1 entries.
     assert _reference_gap_metrics(ref, mu, policy, gap) == {
         "train/ref_behavior_logratio_absmax": 1.0,
         "train/ref_behavior_logratio_absmean": pytest.approx(1.75 / 3, abs=1e-7),
         "train/ref_behavior_logratio_absmax/gap_0": 0.5,
         "train/ref_behavior_logratio_absmean/gap_0": 0.5,
-        "train/ref_behavior_logratio_absmax/gap_2": 1.0,
-        "train/ref_behavior_logratio_absmean/gap_2": 0.625,
+        "train/ref_behavior_logratio_absmax/gap_4plus": 1.0,
+        "train/ref_behavior_logratio_absmean/gap_4plus": 0.625,
     }
 
 

@@ -11,7 +11,9 @@ dataset repeats it under another index.
 One turn: the prompt is the entry's question (`prompt` template, default the question and a
 newline); the agent writes its answer and `turn_stop` (default a newline). The answer is the
 content of the last `\\boxed{...}` in the turn if there is one (gem's convention), else the turn
-without `turn_stop`, stripped of surrounding whitespace. The task's own scorer grades it:
+without `turn_stop`, stripped of surrounding whitespace (`answer_format="text"`), or the last number
+in the turn (`answer_format="last_number"`, for chat models that explain before they answer:
+"4 + 6 = 10" answers 10). The task's own scorer grades it:
 reward = `dataset.score_answer(answer, entry)` (0..1; a scorer that raises on a malformed answer
 scores 0), success = a score of 1. `demonstration` writes the entry's answer (the warm start).
 
@@ -31,6 +33,7 @@ own copy of the global `random` / `numpy.random` state (`lit_asyncrl.envs.global
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -51,11 +54,19 @@ def import_reasoning_gym() -> Any:
     return reasoning_gym
 
 
-def extract_answer(action: str, turn_stop: str) -> str:
-    """The last `\\boxed{...}` content of `action` if any, else `action` without `turn_stop`; stripped."""
+ANSWER_FORMATS = ("text", "last_number")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def extract_answer(action: str, turn_stop: str, answer_format: str = "text") -> str:
+    """The last `\\boxed{...}` content of `action` if any, else `action` without `turn_stop`
+    ("text") or its last number ("last_number", empty when there is none); stripped."""
     boxed = _last_boxed(action)
     if boxed is not None:
         return boxed.strip()
+    if answer_format == "last_number":
+        numbers = _NUMBER.findall(action)
+        return numbers[-1] if numbers else ""
     return action.removesuffix(turn_stop).strip()
 
 
@@ -84,7 +95,7 @@ class ReasoningGymEpisode:
         return self.owner.prompt(self.index)
 
     def step(self, action: str) -> Transition:
-        answer = extract_answer(action, self.owner.turn_stop)
+        answer = extract_answer(action, self.owner.turn_stop, self.owner.answer_format)
         entry = self.owner.entry(self.index)
         info: dict[str, Any] = {"answer": answer}
         with self.rng_state.active():
@@ -109,6 +120,7 @@ class ReasoningGymEnv(Environment):
         system_prompt: chat-template models only: the system message (e.g. "Reply with the
             final answer only."); None = the template's default.
         turn_stop: the text that ends the answer (one token of the policy's tokenizer).
+        answer_format: "text" (the whole turn is the answer) or "last_number" (its last number).
         max_turn_tokens: most tokens in the answer.
         ascii_only: keep only entries whose question and answer are printable ASCII and newlines.
         held_out_fraction: share of the questions kept for evaluation.
@@ -126,6 +138,7 @@ class ReasoningGymEnv(Environment):
         prompt: str = "{question}\n",
         system_prompt: str | None = None,
         turn_stop: str = "\n",
+        answer_format: str = "text",
         max_turn_tokens: int = 32,
         ascii_only: bool = False,
         held_out_fraction: float = 0.2,
@@ -140,6 +153,8 @@ class ReasoningGymEnv(Environment):
             raise ValueError(f"env.size must be >= 1, got {size}")
         if not isinstance(turn_stop, str) or not turn_stop:
             raise ValueError(f"env.turn_stop must be a non-empty string, got {turn_stop!r}")
+        if answer_format not in ANSWER_FORMATS:
+            raise ValueError(f"env.answer_format must be one of {', '.join(ANSWER_FORMATS)}, got {answer_format!r}")
         if max_turn_tokens < 1:
             raise ValueError(f"env.max_turn_tokens must be >= 1, got {max_turn_tokens}")
         if not 0.0 < held_out_fraction < 1.0:
@@ -151,6 +166,7 @@ class ReasoningGymEnv(Environment):
         self.prompt_template = prompt
         self.system_prompt = system_prompt
         self.turn_stop = turn_stop
+        self.answer_format = answer_format
         self.max_turn_tokens = int(max_turn_tokens)
         self.ascii_only = bool(ascii_only)
         self.held_out_fraction = float(held_out_fraction)

@@ -111,6 +111,19 @@ def test_extract_answer():
     assert extract_answer("x \\boxed{a{b}c} y \\boxed{7}", "\n") == "7"
     assert extract_answer("\\boxed{1 2}", "}") == "1 2"
     assert extract_answer("\\boxed{unclosed", "\n") == "\\boxed{unclosed"
+    assert extract_answer("4 + 6 = 10\n", "\n", "last_number") == "10"
+    assert extract_answer("It is -2.5, not 3.", "\n", "last_number") == "3"
+    assert extract_answer("so -2.5\n", "\n", "last_number") == "-2.5"
+    assert extract_answer("no idea\n", "\n", "last_number") == ""
+    assert extract_answer("7 or \\boxed{8}", "\n", "last_number") == "8"  # a boxed answer still wins
+
+
+def test_last_number_answers_score_with_the_tasks_scorer(arithmetic, rg):
+    env = ReasoningGymEnv("basic_arithmetic", size=200, seed=42, answer_format="last_number")
+    assert env.new_episode(0).step("-5 * -6 = 30\n").success  # question 0 is "Calculate -5 * -6."
+    assert not arithmetic.new_episode(0).step("-5 * -6 = 30\n").success  # the whole text is no number
+    with pytest.raises(ValueError, match="env.answer_format"):
+        ReasoningGymEnv("basic_arithmetic", size=20, answer_format="first_number")
 
 
 def test_missing_extra_fails_at_once_naming_it(monkeypatch):
