@@ -24,7 +24,8 @@ class RolloutDataModule(L.LightningDataModule):
     `lit_asyncrl.rollout.service`.
 
     Args:
-        model_path: local Hugging Face model folder the engine serves; None = built-in tiny policy.
+        model_path: the model the engine serves: a local Hugging Face folder, a hub id (fetched when
+            online), "smollm2_135m" (a real chat model, offline) or None (the built-in tiny policy).
         env: the task (None = guess-the-number).
         group_size ... top_k, seed: the rollout settings, documented on `VLLMRolloutService`.
         dtype, max_model_len, kv_cache_fraction: engine settings (`EngineConfig`).

@@ -30,7 +30,8 @@ class AsyncRLModule(L.LightningModule):
     and deadlocking the on-policy (sync) baseline.
 
     Args:
-        model_path: local Hugging Face model folder; None = the built-in tiny policy.
+        model_path: a local Hugging Face folder, a hub id (fetched when online), "smollm2_135m" (a
+            real chat model, offline) or None (the built-in tiny policy); see docs/models.md.
         loss: a loss strategy (`lit_asyncrl.losses`); None = `PPOClipTrainInfer()`.
         reference: where pi_ref comes from (`lit_asyncrl.reference`); None = `NoReference()`.
         lr, weight_decay: AdamW.
@@ -164,14 +165,13 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
-        gap_metrics = _reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap)
-        per_gap = {key: value for key, value in gap_metrics.items() if "/gap_" in key}
-        metrics.update({key: value for key, value in gap_metrics.items() if key not in per_gap})
+        metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap))
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
-        self.log_dict(metrics, batch_size=size)
-        # A version gap absent from a step must be absent from its row, but `self.log` repeats a
-        # key's last value at every later step: these go to the loggers directly.
+        # A version-gap bucket with no tokens in a step must be absent from that step's row, but
+        # `self.log` repeats a key's last value at every later step: buckets go to the loggers directly.
+        per_gap = {key: value for key, value in metrics.items() if "/gap_" in key}
+        self.log_dict({key: value for key, value in metrics.items() if key not in per_gap}, batch_size=size)
         for logger in self.loggers if per_gap else ():
             logger.log_metrics(per_gap, step=self.global_step)
         progress = {"success": batch["success"].mean().item(), "gap": metrics["train/version_gap_max"]}

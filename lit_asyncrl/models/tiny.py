@@ -31,6 +31,8 @@ class TinyPolicyConfig:
     head_dim: int = 64
     intermediate_size: int = 256
     max_position_embeddings: int = 1024
+    #: True: the output head is the embedding matrix (as in most small chat models).
+    tie_word_embeddings: bool = True
     seed: int = 0
 
     def fingerprint(self) -> str:
@@ -60,7 +62,7 @@ def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: 
         num_key_value_heads=config.num_kv_heads,
         head_dim=config.head_dim,
         max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=True,
+        tie_word_embeddings=config.tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

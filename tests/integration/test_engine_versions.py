@@ -7,9 +7,29 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
+from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
 
 pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied_head", "untied_head"])
+def head_model_path(request):
+    """The tiny policy with its output head tied to the embeddings, and with a head of its own."""
+    path = build_tiny_policy(TinyPolicyConfig(tie_word_embeddings=request.param))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert tied == request.param
+    return path
+
+
+@pytest.fixture(scope="module")
+def head_engine(head_model_path):
+    engine = VLLMEngine(head_model_path, EngineConfig(dtype="float32", max_model_len=256))
+    engine.start()
+    yield engine
+    engine.shutdown()
 
 
 def trainer_logprobs(model, prompt, turn, temperature):
@@ -18,7 +38,10 @@ def trainer_logprobs(model, prompt, turn, temperature):
         return token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(prompt) :]
 
 
-def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(engine, tiny_model_path):
+def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(head_engine, head_model_path):
+    """The weight push sends what vLLM's loader expects for a tied and an untied head: a head
+    left stale would make the new version's tokens miss the trainer's log-probs."""
+    engine, tiny_model_path = head_engine, head_model_path
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     old_version = engine.version
     engine.push_weights(model.state_dict(), version=old_version)  # engine serves exactly `model`

@@ -1,6 +1,7 @@
 """A bare CPU trainer and a per-step metrics recorder, shared by the engine-free unit tests."""
 
 import lightning as L
+from lightning.pytorch.loggers import Logger
 
 
 class StepMetrics(L.Callback):
@@ -13,13 +14,43 @@ class StepMetrics(L.Callback):
         self.per_step.append({key: float(value) for key, value in trainer.callback_metrics.items()})
 
 
-def make_trainer(max_steps: int, callbacks: list[L.Callback]) -> L.Trainer:
+class RecordingLogger(Logger):
+    """Keeps every `log_metrics` call as (step, metrics), the rows a CSV logger would write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict[str, float]]] = []
+
+    @property
+    def name(self) -> str:
+        return "recording"
+
+    @property
+    def version(self) -> int:
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs) -> None:
+        pass
+
+    def log_metrics(self, metrics, step=None) -> None:
+        self.rows.append((step, dict(metrics)))
+
+    def keys_at(self, step: int) -> dict[str, float]:
+        """Everything logged at `step`, merged over its rows."""
+        merged: dict[str, float] = {}
+        for row_step, metrics in self.rows:
+            if row_step == step:
+                merged.update(metrics)
+        return merged
+
+
+def make_trainer(max_steps: int, callbacks: list[L.Callback], logger: Logger | bool = False) -> L.Trainer:
     """One CPU device, nothing written to disk, nothing printed."""
     return L.Trainer(
         max_steps=max_steps,
         accelerator="cpu",
         devices=1,
-        logger=False,
+        logger=logger,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,

@@ -18,7 +18,7 @@ from lit_asyncrl.losses import PPOClip
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.scoring import token_logprobs
-from tests.unit.lightning_helpers import StepMetrics, make_trainer
+from tests.unit.lightning_helpers import RecordingLogger, StepMetrics, make_trainer
 
 TEMPERATURE, TOP_K = 1.0, -1
 
@@ -184,8 +184,8 @@ def test_version_gaps_are_trainer_version_minus_token_versions():
     step2 = make_batch({0: [0, 1, 2], 1: [2, 2], 2: [0], 3: [1, 2]}, success=[1.0, 1.0, 1.0, 0.0])
     # step 2 gaps: row0 [2,1,0], row1 [0,0], row2 [2], row3 [1,0] -> sum 6 over 8 tokens, max 2
     rollouts = FakeRollouts()
-    recorder = StepMetrics()
-    trainer = make_trainer(3, [recorder])
+    recorder, logger = StepMetrics(), RecordingLogger()
+    trainer = make_trainer(3, [recorder], logger=logger)
     trainer.fit(module, datamodule=ListDataModule([step0, step1, step2], rollouts))
 
     assert trainer.global_step == 3
@@ -202,10 +202,13 @@ def test_version_gaps_are_trainer_version_minus_token_versions():
     ]
     # per-gap buckets of the loss metrics at step 2: gap 0 on row0 x1, row1 x2, row3 x1 -> 4;
     # gap 1 on row0, row3 -> 2; gap 2 on row0, row2 -> 2
-    last = recorder.per_step[-1]
+    last = logger.keys_at(2)
     assert last["train/policy_tokens/gap_0"] == 4.0
     assert last["train/policy_tokens/gap_1"] == 2.0
     assert last["train/policy_tokens/gap_2"] == 2.0
+    # A bucket without tokens in a step is absent from that step's rows, never a repeated old value.
+    assert not any(key.endswith(("/gap_1", "/gap_2")) for key in logger.keys_at(0))
+    assert logger.keys_at(1)["train/policy_tokens/gap_1"] == 3.0 and "train/policy_tokens/gap_2" not in logger.keys_at(1)
 
 
 def test_rollout_service_fake_satisfies_protocol():
