@@ -27,6 +27,7 @@ class AsyncRLCLI(LightningCLI):
         parser.add_class_arguments(WarmStart, "warm_start")
 
     def before_fit(self) -> None:
+        self.model.reference.check_rollout_settings(self.datamodule.rollouts.max_version_gap)
         if self.config[self.subcommand].get("ckpt_path") is not None:
             return  # a resumed run already has its warmed-up weights
         warm_start = self.config_init[self.subcommand]["warm_start"]

@@ -65,6 +65,7 @@ class RolloutDataModule(L.LightningDataModule):
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
         _validate_eval(eval_instances, eval_samples, eval_k)
+        _validate_engine(dtype, max_model_len, kv_cache_fraction, max_concurrent_groups, top_k)
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
@@ -134,24 +135,39 @@ class _HeldOutEvaluation(IterableDataset):
             yield {**self.rollouts.evaluate(chunk, self.samples, self.timeout_s), "k": self.k}
 
 
+def _require_int(key: str, value: object, minimum: int) -> None:
+    """`value` must be a whole number >= minimum (a YAML 1.5 or true is a typo, not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"data.{key} must be an integer >= {minimum}, got {value!r}")
+
+
 def _validate_eval(eval_instances: int, eval_samples: int, eval_k: int) -> None:
-    if eval_instances < 1:
-        raise ValueError(f"data.eval_instances must be >= 1, got {eval_instances}")
-    if eval_k < 1:
-        raise ValueError(f"data.eval_k must be >= 1, got {eval_k}")
+    _require_int("eval_instances", eval_instances, 1)
+    _require_int("eval_k", eval_k, 1)
+    _require_int("eval_samples", eval_samples, 1)
     if eval_samples < eval_k:
         raise ValueError(f"data.eval_samples={eval_samples} must be >= data.eval_k={eval_k} (pass@k needs n >= k samples)")
+
+
+def _validate_engine(dtype: str, max_model_len: int, kv_cache_fraction: float, max_concurrent_groups: int, top_k: int) -> None:
+    dtypes = ("float32", "bfloat16", "float16")
+    if dtype not in dtypes:
+        raise ValueError(f"data.dtype must be one of {dtypes}, got {dtype!r}")
+    _require_int("max_model_len", max_model_len, 2)
+    if not 0.0 < kv_cache_fraction <= 1.0:
+        raise ValueError(f"data.kv_cache_fraction must be in (0, 1], got {kv_cache_fraction}")
+    _require_int("max_concurrent_groups", max_concurrent_groups, 1)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not (top_k == -1 or top_k >= 1):
+        raise ValueError(f"data.top_k must be -1 (no top-k) or an integer >= 1, got {top_k!r}")
 
 
 def _validate(
     group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level
 ) -> None:
-    if group_size < 1:
-        raise ValueError(f"data.group_size must be >= 1, got {group_size}")
-    if groups_per_batch < 1:
-        raise ValueError(f"data.groups_per_batch must be >= 1, got {groups_per_batch}")
-    if max_version_gap < 0:
-        raise ValueError(f"data.max_version_gap must be >= 0, got {max_version_gap}")
+    _require_int("group_size", group_size, 1)
+    _require_int("groups_per_batch", groups_per_batch, 1)
+    _require_int("max_version_gap", max_version_gap, 0)
+    _require_int("buffer_capacity", buffer_capacity, 1)
     if group_size * groups_per_batch > buffer_capacity:
         raise ValueError(
             f"data.buffer_capacity={buffer_capacity} is smaller than one batch "
@@ -159,11 +175,10 @@ def _validate(
         )
     if mode not in ("async", "sync"):
         raise ValueError(f"data.mode must be 'async' or 'sync', got {mode!r}")
-    if weight_sync_every < 1:
-        raise ValueError(f"data.weight_sync_every must be >= 1, got {weight_sync_every}")
+    _require_int("weight_sync_every", weight_sync_every, 1)
     if mode == "sync" and weight_sync_every != 1:
         raise ValueError("data.mode='sync' needs data.weight_sync_every=1 (each batch from the latest weights)")
-    if temperature <= 0:
+    if not temperature > 0:
         raise ValueError(f"data.temperature must be > 0, got {temperature}")
     levels = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
     if str(engine_log_level).upper() not in levels:

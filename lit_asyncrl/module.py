@@ -52,6 +52,10 @@ class AsyncRLModule(L.LightningModule):
         train_last_layers: int | None = None,
     ) -> None:
         super().__init__()
+        if not lr > 0:
+            raise ValueError(f"model.lr must be > 0, got {lr}")
+        if weight_decay < 0 or entropy_coef < 0:
+            raise ValueError(f"model.weight_decay and model.entropy_coef must be >= 0, got {weight_decay} and {entropy_coef}")
         self.save_hyperparameters(ignore=["loss", "reference"])
         self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
         self.reference = reference if reference is not None else NoReference()

@@ -21,22 +21,14 @@ def run(cfg: DictConfig) -> dict[str, float]:
     way out (success, exception, Ctrl-C, SIGTERM), the rollout service is closed before this returns.
     """
     import lightning as L
-    from hydra.utils import instantiate
 
     from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
     from lit_asyncrl.warm_start import load_tokenizer
 
     quiet_known_warnings()
     stage = cfg.get("stage", "fit")
-    if stage not in ("fit", "validate"):
-        raise ValueError(f"stage must be 'fit' or 'validate', got {stage!r}")
-    if stage == "validate" and cfg.get("ckpt_path") is None:
-        raise ValueError("stage=validate evaluates a checkpoint: set ckpt_path=<run dir>/checkpoints/last.ckpt")
     L.seed_everything(cfg.seed, workers=True)
-    module = instantiate(cfg.module, _convert_="all")
-    datamodule = instantiate(cfg.data, _convert_="all")
-    warm_start = instantiate(cfg.warm_start, _convert_="all")
-    trainer: L.Trainer = instantiate(cfg.trainer, _convert_="all")
+    module, datamodule, warm_start, trainer = build(cfg)
     ckpt_path = cfg.get("ckpt_path")
     with sigterm_raises():
         try:
@@ -55,6 +47,25 @@ def run(cfg: DictConfig) -> dict[str, float]:
         finally:
             datamodule.rollouts.close()
     return {key: float(value) for key, value in trainer.callback_metrics.items()}
+
+
+def build(cfg: DictConfig) -> tuple:
+    """(module, datamodule, warm start, trainer) from `cfg`, every value and combination checked;
+    nothing is started (no engine, no process, no warm start)."""
+    from hydra.utils import instantiate
+
+    stage = cfg.get("stage", "fit")
+    if stage not in ("fit", "validate"):
+        raise ValueError(f"stage must be 'fit' or 'validate', got {stage!r}")
+    if stage == "validate" and cfg.get("ckpt_path") is None:
+        raise ValueError("stage=validate evaluates a checkpoint: set ckpt_path=<run dir>/checkpoints/last.ckpt")
+
+    module = instantiate(cfg.module, _convert_="all")
+    datamodule = instantiate(cfg.data, _convert_="all")
+    warm_start = instantiate(cfg.warm_start, _convert_="all")
+    trainer = instantiate(cfg.trainer, _convert_="all")
+    module.reference.check_rollout_settings(datamodule.rollouts.max_version_gap)
+    return module, datamodule, warm_start, trainer
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")

@@ -64,3 +64,81 @@ def test_hydra_entry_fails_fast_on_a_missing_model_path(tmp_path):
     assert "model.path='/nonexistent/model'" in result.stderr + result.stdout
     assert "EngineCore" not in result.stderr + result.stdout  # no engine was started
     assert time.monotonic() - start < 120
+
+
+# (Hydra overrides, a fragment of the error that names the key or value to fix): each is refused
+# by `lit_asyncrl.train.build`, which starts nothing, so every refusal comes before any engine.
+MALFORMED = [
+    (["loss=decoupled_ppo", "reference=none"], "model.reference"),  # the README sweep's second job
+    (["loss.clip_bounds=[1.2,0.8]"], "clip_bounds"),
+    (["loss.clip_bounds=[1.1,1.2]"], "clip_bounds"),  # does not contain 1
+    (["loss=decoupled_ppo", "reference=snapshot", "loss.discrepancy_bounds=[0.5,0.9]"], "discrepancy_bounds"),
+    (["loss=decoupled_ppo", "reference=ewma", "reference.beta=1.5"], "reference.beta"),
+    (["loss=decoupled_ppo", "reference=ewma", "reference.beta=0"], "reference.beta"),
+    (["rollout.max_version_gap=-1"], "data.max_version_gap"),
+    (["rollout.max_version_gap=1.5"], "data.max_version_gap"),
+    (["rollout.group_size=0"], "data.group_size"),
+    (["rollout.group_size=2.5"], "data.group_size"),
+    (["rollout.groups_per_batch=0"], "data.groups_per_batch"),
+    (["rollout.buffer_capacity=4"], "data.buffer_capacity"),
+    (["rollout.max_concurrent_groups=0"], "data.max_concurrent_groups"),
+    (["rollout.temperature=-1"], "data.temperature"),
+    (["rollout.dtype=float8"], "data.dtype"),
+    (["rollout.max_model_len=2"], "data.max_model_len"),  # the first prompt alone fills it
+    (["rollout.max_model_len=1.5"], "data.max_model_len"),
+    (["rollout.mode=semi"], "data.mode"),
+    (["rollout.mode=sync", "rollout.weight_sync_every=2"], "data.weight_sync_every"),
+    (["rollout.weight_sync_every=0"], "data.weight_sync_every"),
+    (["rollout.engine_log_level=LOUD"], "data.engine_log_level"),
+    (["rollout.eval_k=0"], "data.eval_k"),
+    (["rollout.eval_k=9"], "data.eval_samples"),  # pass@9 from 8 samples
+    (["rollout.eval_instances=0"], "data.eval_instances"),
+    (["model.path=/nonexistent/model"], "model.path"),
+    (["model.lr=-1"], "model.lr"),
+    (["model.entropy_coef=-0.1"], "model.entropy_coef"),
+    (["model.train_last_layers=3"], "model.train_last_layers"),  # the tiny policy has 2 layers
+    (["model.warm_start_steps=-1"], "warm_start.steps"),
+    (["loss=decoupled_ppo", "reference=snapshot", "reference.max_resident=2"], "reference.max_resident"),
+    (["loss=decoupled_ppo", "reference=snapshot", "reference.max_staleness=1"], "reference.max_staleness"),
+    (["env.max_value=0"], "env.max_value"),
+    (["env.max_turns=0"], "env.max_turns"),
+    (["env.latency_s=-1"], "env.latency_s"),
+    (["env=service_desk", "env.difficulty=extreme"], "env.difficulty"),
+    (["env=reasoning_gym", "env.turn_stop=ab"], "env.turn_stop"),  # not one token of the tiny tokenizer
+    (["env=reasoning_gym", "env.task=no_such_task"], "env.task"),
+    (["env=reasoning_gym", "env.answer_format=first_number"], "env.answer_format"),
+    (["loss=no_such_loss"], "loss/no_such_loss"),
+    (["reference=no_such_reference"], "reference/no_such_reference"),
+    (["env=no_such_env"], "env/no_such_env"),
+    (["stage=predict"], "stage must be 'fit' or 'validate'"),
+    (["stage=validate"], "ckpt_path"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), MALFORMED, ids=[" ".join(case) for case, _ in MALFORMED])
+def test_malformed_configuration_is_refused_before_anything_starts(overrides, fragment, tmp_path):
+    import threading
+
+    from lit_asyncrl.train import build
+    from tests.test_configs import compose_train
+
+    start = time.monotonic()
+    with pytest.raises(Exception) as raised:
+        cfg = compose_train(
+            [*overrides, f"hydra.run.dir={tmp_path}", f"trainer.default_root_dir={tmp_path}", f"trainer.logger.save_dir={tmp_path}"]
+        )
+        build(cfg)
+    message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
+    assert fragment in message
+    assert time.monotonic() - start < 10
+    assert not [thread for thread in threading.enumerate() if thread.name == "vllm-engine"]
+
+
+def test_the_table_covers_at_least_25_cases():
+    assert len({" ".join(case) for case, _ in MALFORMED}) >= 25
+
+
+def _causes(error: BaseException):
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__
+        yield error

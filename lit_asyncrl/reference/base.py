@@ -24,6 +24,12 @@ class ReferenceSource(abc.ABC):
     def callbacks(self) -> list[L.Callback]:
         return []
 
+    def check_rollout_settings(self, max_version_gap: int) -> None:
+        """Refuse settings that cannot serve tokens up to `max_version_gap` versions old; called
+        before the warm start and the engine, so a bad combination costs nothing. Most sources
+        serve any gap: nothing to check."""
+        return None
+
     @abc.abstractmethod
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor | None:
         """pi_ref for `batch` [B, T].

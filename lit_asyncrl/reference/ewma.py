@@ -37,6 +37,9 @@ class EWMAReferenceSource(ReferenceSource):
         tau: float = 0.8,
         patience: int | None = 3,
     ) -> None:
+        if beta is not None and not 0.0 < beta < 1.0:
+            # beta 0 would make pi_prox the current weights: r_s = 1, the PPO clip a no-op.
+            raise ValueError(f"reference.beta must be in (0, 1) or null (derived from the staleness window), got {beta}")
         self.beta, self.staleness_window, self.tau, self.patience = beta, staleness_window, tau, patience
         self._ewma = EWMAReference(
             beta=beta, staleness_window=None if beta is not None else staleness_window, module_attr="policy", tau=tau, patience=patience

@@ -62,6 +62,19 @@ class SnapshotReference(ReferenceSource):
     def callbacks(self) -> list[L.Callback]:
         return [self._binding, self._retention]
 
+    def check_rollout_settings(self, max_version_gap: int) -> None:
+        window = self.max_staleness if self.max_staleness is not None else max_version_gap
+        if self.max_staleness is not None and self.max_staleness < max_version_gap:
+            raise ValueError(
+                f"reference.max_staleness={self.max_staleness} is below data.max_version_gap={max_version_gap}: tokens of "
+                "the oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
+            )
+        if self.max_resident is not None and self.max_resident < window + 1:
+            raise ValueError(
+                f"reference.max_resident={self.max_resident} cannot hold the {window + 1} versions a token may come from "
+                f"(versions up to {window} behind, data.max_version_gap={max_version_gap}): set it >= {window + 1} or null"
+            )
+
     def bind(self, rollouts: RolloutService) -> None:
         """Follow `rollouts`' staleness cap and ask it which versions are still alive."""
         cap = rollouts.max_version_gap

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,9 +15,9 @@ from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
-from lit_asyncrl.rollout.env_calls import EnvCaller
+from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
 from lit_asyncrl.rollout.episode import play_episode
-from lit_asyncrl.rollout.episode_format import episode_format_for
+from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_format_for
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate
@@ -77,6 +78,8 @@ class VLLMRolloutService:
         # Made here, before any engine starts: an unusable chat template or stop text fails fast.
         self.episode_format = episode_format_for(self.tokenizer, env)
         self.pad_id = pad_token_id(self.tokenizer)
+        _check_tokenizer_fits_model(self.model_path, self.tokenizer)
+        _check_context_holds_a_turn(env, self.episode_format, engine_config.max_model_len, seed)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
         self.engine: VLLMEngine | None = None
         self.producer: RolloutProducer | None = None
@@ -293,3 +296,27 @@ class VLLMRolloutService:
             stats["dedicated/score_s"] = self.dedicated.score_seconds
             stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
         return stats
+
+
+def _check_tokenizer_fits_model(model_path: str, tokenizer: Any) -> None:
+    """A tokenizer with ids past the model's embedding table is another model's tokenizer."""
+    from transformers import AutoConfig
+
+    vocab_size = getattr(AutoConfig.from_pretrained(model_path), "vocab_size", None)
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise ValueError(
+            f"model.path={model_path}: its tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
+            f"{vocab_size}; the folder mixes two models' files"
+        )
+
+
+def _check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, max_model_len: int, seed: int) -> None:
+    """Refuse a context too short for the first prompt and one token of answer (it would spin, not train)."""
+    opening = Trajectory(group_id=-1)
+    instance = env.sample_instance(random.Random(seed))
+    episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
+    if len(opening.token_ids) >= max_model_len:
+        raise ValueError(
+            f"data.max_model_len={max_model_len} leaves no room for the agent: the first prompt of {type(env).__name__} "
+            f"is already {len(opening.token_ids)} tokens"
+        )
