@@ -36,6 +36,10 @@ class RolloutDataModule(L.LightningDataModule):
         eval_samples: sampled episodes per held-out instance (n); one greedy episode is added.
         eval_k: the k of avg@k and pass@k (pass@k uses the unbiased estimator from n >= k samples).
         eval_timeout_s: most seconds one validation chunk may take.
+        env_failure_limit, env_failure_window: an episode the environment fails (a call raises, an
+            answer is malformed) is dropped with that reason and training goes on; when more than
+            `env_failure_limit` of the last `env_failure_window` episodes failed (timeouts included),
+            the run stops with the counts and the last error.
     """
 
     def __init__(
@@ -61,11 +65,16 @@ class RolloutDataModule(L.LightningDataModule):
         eval_samples: int = 8,
         eval_k: int = 4,
         eval_timeout_s: float = 600.0,
+        env_failure_limit: float = 0.5,
+        env_failure_window: int = 64,
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
         _validate_eval(eval_instances, eval_samples, eval_k)
         _validate_engine(dtype, max_model_len, kv_cache_fraction, max_concurrent_groups, top_k)
+        if not 0.0 <= env_failure_limit <= 1.0:
+            raise ValueError(f"data.env_failure_limit must be in [0, 1], got {env_failure_limit}")
+        _require_int("env_failure_window", env_failure_window, 1)
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
@@ -90,6 +99,8 @@ class RolloutDataModule(L.LightningDataModule):
             top_k=top_k,
             engine_config=engine_config,
             seed=seed,
+            env_failure_limit=env_failure_limit,
+            env_failure_window=env_failure_window,
         )
 
     def train_dataloader(self) -> DataLoader:

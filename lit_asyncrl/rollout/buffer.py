@@ -56,6 +56,7 @@ class RolloutBuffer:
                 "trained": self.trained,
                 "dropped": self.num_dropped,
                 "dropped_stale": self.dropped["stale"],
+                **{f"dropped_{reason}": count for reason, count in self.dropped.items() if reason != "stale"},
                 "pending": sum(len(group) for group in self._groups),
             }
 
@@ -89,6 +90,12 @@ class RolloutBuffer:
             self.produced += len(group)
             self._groups.append(group)
             self._condition.notify_all()
+
+    def drop_produced(self, num_episodes: int, reason: str) -> None:
+        """Count episodes that were produced but can never be trained on (e.g. the environment failed them)."""
+        with self._condition:
+            self.produced += num_episodes
+            self.dropped[reason] += num_episodes
 
     def release(self, reserved: int) -> None:
         """Give back room reserved by a group that was cancelled before it finished."""

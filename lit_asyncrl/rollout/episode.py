@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory
+from lit_asyncrl.text import UnencodableTextError
 
 
 async def play_episode(
@@ -33,7 +35,11 @@ async def play_episode(
     trajectory's own ids, never a re-tokenized conversation); the engine may swap weights in the
     middle of a turn, in which case the turn's tokens carry two versions (a partial rollout).
     An episode that outlives `env.episode_timeout_s` ends there, keeping its tokens and the reward
-    it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far.
+    it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far. An
+    environment call that raises, or answers with something that is not a Transition or cannot be
+    encoded, ends the episode as failed (`trajectory.env_failure`): the environment's fault, not the
+    agent's, so the producer drops it with that reason instead of training on it. Errors of the
+    engine are not the environment's and propagate.
     """
     episode = env.new_episode(instance)
     started = time.monotonic()
@@ -42,18 +48,41 @@ async def play_episode(
             await _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed)
     except TimeoutError:
         trajectory.timed_out = True
+    except EnvironmentFailure as failure:
+        trajectory.env_failure, trajectory.env_failure_message = failure.reason, str(failure)
     finally:
         trajectory.duration_s = time.monotonic() - started
         close = getattr(episode, "close", None)
         if callable(close):
-            await call_env(close)
+            try:
+                await call_env(close)
+            except Exception as error:  # a failing close loses nothing the episode produced
+                trajectory.env_failure = trajectory.env_failure or "env_error"
+                trajectory.env_failure_message = trajectory.env_failure_message or f"{type(env).__name__} close: {error!r}"
     return trajectory
 
 
+class EnvironmentFailure(Exception):
+    """An environment call of one episode failed; `reason` is "env_error" or "env_malformed"."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+async def _env_call(call_env: EnvCaller, env: Environment, method: Any, *args: Any) -> Any:
+    try:
+        return await call_env(method, *args)
+    except (asyncio.CancelledError, TimeoutError):
+        raise
+    except Exception as error:
+        raise EnvironmentFailure("env_error", f"{type(env).__name__}.{method.__name__} raised {error!r}") from error
+
+
 async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed) -> None:
-    first_observation = await call_env(episode.reset, seed)
+    first_observation = await _env_call(call_env, env, episode.reset, seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
-    episode_format.open(trajectory, first_observation)
+    _add_text(episode_format.open, trajectory, first_observation, env)
     for _ in range(env.max_turns):
         room = max_context - len(trajectory.token_ids)
         if room < 1:
@@ -70,21 +99,36 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
         )
         trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
         trajectory.num_turns += 1
-        result = _as_transition(await call_env(episode.step, episode_format.action_text(turn.token_ids)), env)
+        result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action_text(turn.token_ids)), env)
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
         if result.terminated or result.truncated:
             break
-        episode_format.add_observation(trajectory, result.observation)
+        _add_text(episode_format.add_observation, trajectory, result.observation, env)
+
+
+def _add_text(add: Any, trajectory: Trajectory, text: Any, env: Environment) -> None:
+    if not isinstance(text, str):
+        raise EnvironmentFailure("env_malformed", f"{type(env).__name__}: observations must be text, got {text!r}")
+    try:
+        add(trajectory, text)
+    except UnencodableTextError as error:
+        raise EnvironmentFailure("env_malformed", str(error)) from error
 
 
 def _as_transition(result: Any, env: Environment) -> Transition:
     # A plain gymnasium-style 5-tuple is accepted too; anything else is the environment's bug.
-    if isinstance(result, Transition):
-        return result
     if isinstance(result, tuple) and len(result) == 5:
-        return Transition(*result)
-    raise TypeError(
-        f"{type(env).__name__}: step() must return a Transition (observation, reward, terminated, truncated, info), got {result!r}"
+        transition = Transition(*result)
+        try:
+            reward = float(transition.reward)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if math.isfinite(reward) and isinstance(transition.info, dict):
+            return transition._replace(reward=reward)
+    raise EnvironmentFailure(
+        "env_malformed",
+        f"{type(env).__name__}: step() must return a Transition (observation, reward: a finite number, terminated, "
+        f"truncated, info: a dict), got {result!r}",
     )

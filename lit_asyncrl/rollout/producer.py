@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import random
 import time
 
@@ -40,6 +41,8 @@ class RolloutProducer:
         seed: int,
         groups_per_version: int | None = None,
         old_logit_model: DedicatedOldLogitModel | None = None,
+        env_failure_limit: float = 0.5,
+        env_failure_window: int = 64,
     ) -> None:
         self.engine, self.env, self.episode_format, self.buffer = engine, env, episode_format, buffer
         self.group_size = group_size
@@ -49,6 +52,12 @@ class RolloutProducer:
         self.old_logit_model = old_logit_model
         self.scoring_wait_s = 0.0
         self.timed_out_episodes = 0
+        #: Environment failures of the episodes (by reason, timeouts included) and over the last
+        #: `env_failure_window` episodes, where a share above `env_failure_limit` stops the run.
+        self.env_failures: collections.Counter[str] = collections.Counter()
+        self.recent_failures: collections.deque[bool] = collections.deque(maxlen=env_failure_window)
+        self.env_failure_limit = env_failure_limit
+        self.last_env_failure = ""
         # One thread per episode that can be in flight: a slow synchronous tool holds only its own.
         self.call_env = EnvCaller(max_workers=max_concurrent_groups * group_size)
         self.rng = random.Random(seed)
@@ -118,6 +127,31 @@ class RolloutProducer:
                 self.error = error
             raise
 
+    def _drop_failed(self, trajectories: list[Trajectory]) -> list[Trajectory]:
+        """Episodes the environment failed leave as dropped with their reason; the group's other
+        episodes are trained on (their advantages are computed among themselves)."""
+        kept = []
+        for trajectory in trajectories:
+            failure = trajectory.env_failure or ("timeout" if trajectory.timed_out else None)
+            self.recent_failures.append(failure is not None)
+            if failure is not None:
+                self.env_failures[failure] += 1
+                self.last_env_failure = trajectory.env_failure_message or self.last_env_failure
+            if trajectory.env_failure is None:
+                kept.append(trajectory)  # a timed-out episode keeps its tokens and reward
+            else:
+                self.buffer.drop_produced(1, trajectory.env_failure)
+        return kept
+
+    def _check_failure_rate(self) -> None:
+        window = self.recent_failures
+        if len(window) == window.maxlen and sum(window) > self.env_failure_limit * len(window):
+            reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.env_failures.items()))
+            raise EnvironmentFailureRateError(
+                f"{sum(window)} of the last {len(window)} episodes failed in the environment, above "
+                f"data.env_failure_limit={self.env_failure_limit} (so far {reasons}); last error: {self.last_env_failure}"
+            )
+
     async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:
         """Dedicated route: a group enters the buffer only with pi_old on every token."""
         start = time.monotonic()
@@ -144,13 +178,18 @@ class RolloutProducer:
                 )
             )
             self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
-            if self.old_logit_model is not None:
-                await self._wait_for_old_logprobs(trajectories)
-            for trajectory, advantage in zip(trajectories, group_normalized_advantages([t.reward for t in trajectories])):
-                trajectory.advantage = advantage
-            self.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in trajectories)
-            self.buffer.put_group(trajectories, reserved=self.group_size)
+            kept = self._drop_failed(trajectories)
+            if kept:
+                if self.old_logit_model is not None:
+                    await self._wait_for_old_logprobs(kept)
+                for trajectory, advantage in zip(kept, group_normalized_advantages([t.reward for t in kept])):
+                    trajectory.advantage = advantage
+                self.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in kept)
+                self.buffer.put_group(kept, reserved=self.group_size)
+            else:
+                self.buffer.release(self.group_size)
             filed = True
+            self._check_failure_rate()
         except asyncio.CancelledError:
             raise
         except Exception as error:  # kept for the trainer thread, which raises it (RolloutService.next_batch)
@@ -161,3 +200,7 @@ class RolloutProducer:
                 self.buffer.release(self.group_size)
             self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
+
+
+class EnvironmentFailureRateError(RuntimeError):
+    """Too many episodes of the recent window failed in the environment: the run stops."""

@@ -32,6 +32,10 @@ class Trajectory:
     timed_out: bool = False
     #: Wall seconds from the episode's reset to its end (environment latency included).
     duration_s: float = 0.0
+    #: Why the environment failed this episode ("env_error": a call raised, "env_malformed": an
+    #: answer that is not a Transition or not encodable), None when it did not; with the error.
+    env_failure: str | None = None
+    env_failure_message: str = ""
     advantage: float = 0.0
     #: Exact training-side pi_old per token, filled by the interruption-sync and dedicated routes
     #: (NaN until scored), with the version whose weights scored it.

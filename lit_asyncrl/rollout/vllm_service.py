@@ -45,6 +45,8 @@ class VLLMRolloutService:
         engine_config: the vLLM engine's settings.
         seed: task instances are drawn from this seed.
         liveness_poll_s: how often a waiting `next_batch` checks that every part is alive.
+        env_failure_limit, env_failure_window: the run stops when more than this share of the last
+            `env_failure_window` episodes failed in the environment (raised, malformed answer, timeout).
     """
 
     def __init__(
@@ -64,6 +66,8 @@ class VLLMRolloutService:
         engine_config: EngineConfig,
         seed: int,
         liveness_poll_s: float = 0.5,
+        env_failure_limit: float = 0.5,
+        env_failure_window: int = 64,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -74,6 +78,7 @@ class VLLMRolloutService:
         self.temperature, self.top_k = temperature, top_k
         self.engine_config, self.seed = engine_config, seed
         self.liveness_poll_s = liveness_poll_s
+        self.env_failure_limit, self.env_failure_window = env_failure_limit, env_failure_window
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         # Made here, before any engine starts: an unusable chat template or stop text fails fast.
         self.episode_format = episode_format_for(self.tokenizer, env)
@@ -117,6 +122,8 @@ class VLLMRolloutService:
                 seed=self.seed,
                 groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
                 old_logit_model=self.dedicated,
+                env_failure_limit=self.env_failure_limit,
+                env_failure_window=self.env_failure_window,
             )
             if train:
                 self.producer.start()
@@ -290,6 +297,9 @@ class VLLMRolloutService:
         stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
         stats["rollout/engine_version"] = float(self.engine.version if self.engine else -1)
         stats["rollout/timed_out_episodes"] = float(producer.timed_out_episodes if producer else 0)
+        if producer is not None:
+            stats["rollout/env_failures"] = float(sum(producer.env_failures.values()))
+            stats["rollout/env_failure_rate"] = sum(producer.recent_failures) / max(len(producer.recent_failures), 1)
         if self.dedicated is not None:
             stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
             stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)

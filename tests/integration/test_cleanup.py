@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.runs import REPO, SMALL_RUN
+from tests.integration.runs import REPO, SMALL_RUN, read_rows
 
 pytestmark = pytest.mark.engine
 SHM = Path("/dev/shm")
@@ -133,12 +133,32 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def test_an_environment_that_raises_fails_the_run_and_cleans_up(tmp_path):
-    run = Run(["env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv", "+env.fail_after=300", "trainer.max_steps=50"], tmp_path)
+FAULTY_ENV = ["env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv", "trainer.num_sanity_val_steps=0"]
+
+
+def test_an_environment_failing_too_often_stops_the_run_and_cleans_up(tmp_path):
+    # From turn 301 on every step raises: each episode is dropped as env_error until more than
+    # half of the last 16 failed, and the run stops naming the counts and the tool's own error.
+    overrides = [*FAULTY_ENV, "+env.fail_after=300", "rollout.env_failure_window=16", "trainer.max_steps=50"]
+    run = Run(overrides, tmp_path)
     run.wait_for(run.engine_serving, "engine start")
     code, output, _ = run.finish(timeout_s=300)
     assert code != 0
-    assert "tool crashed on turn 301" in output  # the environment's own error reaches the user
+    assert "of the last 16 episodes failed in the environment, above data.env_failure_limit=0.5" in output
+    assert "FaultyGuessNumberEnv.step raised EnvironmentFault('tool crashed on turn 3" in output
+    run.assert_nothing_left()
+
+
+def test_sparse_environment_failures_are_dropped_counted_and_training_goes_on(tmp_path):
+    # Every 20th agent turn raises (about one episode in six): those episodes are dropped with the
+    # reason env_error, the run finishes, and every episode produced is accounted for.
+    run = Run([*FAULTY_ENV, "+env.fail_every=20", "trainer.max_steps=8"], tmp_path)
+    run.wait_for(run.engine_serving, "engine start")
+    code, output, _ = run.finish(timeout_s=300)
+    assert code == 0, output[-3000:]
+    last = read_rows(tmp_path / "metrics.csv")[-1]
+    assert last["rollout/dropped_env_error"] >= 1 and last["rollout/env_failures"] >= last["rollout/dropped_env_error"]
+    assert last["rollout/produced"] == last["rollout/trained"] + last["rollout/dropped"] + last["rollout/pending"]
     run.assert_nothing_left()
 
 

@@ -135,20 +135,50 @@ def test_an_episode_past_its_timeout_ends_truncated_with_its_tokens(tokenizer):
     assert trajectory.num_policy_tokens == 2  # the turn it wrote is kept for training
 
 
-def test_a_step_returning_something_else_is_named(tokenizer):
-    class Broken(GuessNumberEnv):
+class ToolCrash(RuntimeError):
+    pass
+
+
+def faulty_env(reset=lambda: "?", step=lambda action: Transition("H", 0.0, False, False, {})):
+    """Guess-the-number whose episodes answer with `reset()` and `step(action)` as given."""
+
+    class Faulty(GuessNumberEnv):
         def new_episode(self, instance):
             class Episode:
                 def reset(self, seed=None):
-                    return "?"
+                    return reset()
 
                 def step(self, action):
-                    return "W"
+                    return step(action)
 
             return Episode()
 
-    with pytest.raises(TypeError, match="Broken: step\\(\\) must return a Transition"):
-        play_many(FakeEngine(guess("5;")), Broken(), tokenizer, count=1, workers=1)
+    return Faulty(max_turns=2)
+
+
+def crash(*args):
+    raise ToolCrash("tool crashed")
+
+
+@pytest.mark.parametrize(
+    ("env", "reason", "fragment"),
+    [
+        (faulty_env(reset=crash), "env_error", "Faulty.reset raised ToolCrash('tool crashed')"),
+        (faulty_env(step=crash), "env_error", "Faulty.step raised ToolCrash('tool crashed')"),
+        (faulty_env(step=lambda action: "W"), "env_malformed", "Faulty: step() must return a Transition"),
+        (faulty_env(step=lambda action: ("H", float("nan"), False, False, {})), "env_malformed", "reward: a finite number"),
+        (faulty_env(step=lambda action: ("H", "lots", False, False, {})), "env_malformed", "reward: a finite number"),
+        (faulty_env(step=lambda action: ("H", 0.0, False, False, None)), "env_malformed", "info: a dict"),
+        (faulty_env(step=lambda action: (None, 0.0, False, False, {})), "env_malformed", "observations must be text"),
+        (faulty_env(reset=lambda: "caf\u00e9"), "env_malformed", "cannot encode: ['\u00e9']"),
+    ],
+    ids=["reset raises", "step raises", "not a transition", "nan reward", "text reward", "info not a dict", "no text", "unencodable"],
+)
+def test_an_environment_fault_ends_the_episode_as_failed_with_its_reason(tokenizer, env, reason, fragment):
+    (trajectory,), _ = play_many(FakeEngine(guess("5;")), env, tokenizer, count=1, workers=1)
+    assert trajectory.env_failure == reason
+    assert fragment in trajectory.env_failure_message
+    assert not trajectory.success and trajectory.reward == 0.0
 
 
 def test_plain_five_tuples_are_accepted_like_gymnasium(tokenizer):

@@ -101,7 +101,7 @@ def engines():
         def producer(self, engine: FakeEngine, buffer: RolloutBuffer, tokenizer, **overrides) -> RolloutProducer:
             settings = dict(group_size=2, max_concurrent_groups=4, temperature=1.0, top_k=-1, max_context=256, seed=0)
             settings.update(overrides)
-            env = GuessNumberEnv()
+            env = settings.pop("env", None) or GuessNumberEnv()
             producer = RolloutProducer(engine, env, PlainFormat(tokenizer, env), buffer, **settings)
             next(entry for entry in made if entry[0] is engine)[1].append(producer)
             return producer
@@ -361,3 +361,62 @@ def test_group_of_episodes_without_policy_tokens_is_not_dropped_as_stale(engines
     buffer.set_trainer_version(3)
     assert buffer.dropped["stale"] == 0
     assert buffer.pending == 2
+
+
+# -- environment faults --------------------------------------------------------------------------
+
+
+class EveryOtherResetFails(GuessNumberEnv):
+    """The 2nd, 4th, ... episode's reset raises: one episode of each group of 2 fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.resets = 0
+        self.lock = threading.Lock()
+
+    def new_episode(self, instance):
+        inner, env = super().new_episode(instance), self
+
+        class Episode:
+            def reset(self, seed=None):
+                with env.lock:
+                    env.resets += 1
+                    failing = env.resets % 2 == 0
+                if failing:
+                    raise ConnectionError("simulated user went away")
+                return inner.reset(seed)
+
+            def step(self, action):
+                return inner.step(action)
+
+        return Episode()
+
+
+def test_episodes_the_environment_fails_are_dropped_with_their_reason_and_the_rest_trained(engines, tokenizer):
+    engine = engines.engine(malformed_guess)
+    buffer = RolloutBuffer(capacity=8, max_version_gap=10)
+    producer = engines.producer(engine, buffer, tokenizer, env=EveryOtherResetFails(), max_concurrent_groups=1, env_failure_limit=0.6)
+    producer.start()
+    wait_for(lambda: buffer.counts()["produced"] >= 6, "3 groups")
+    producer.stop()
+    counts = buffer.counts()
+    assert buffer.accounting_holds()
+    # Every group of 2 lost one episode: half of what was produced is dropped as env_error.
+    assert counts["dropped_env_error"] == counts["produced"] // 2 == counts["pending"]
+    assert all(len(group) == 1 for group in buffer.take(counts["pending"], timeout_s=1))
+    assert producer.env_failures == {"env_error": counts["dropped_env_error"]}
+    assert "EveryOtherResetFails.reset raised ConnectionError('simulated user went away')" in producer.last_env_failure
+    assert producer.error is None  # 50 % stays under the 60 % limit: training goes on
+
+
+def test_a_failure_rate_above_the_limit_stops_the_run_naming_counts_and_the_last_error(engines, tokenizer):
+    engine = engines.engine(malformed_guess)
+    buffer = RolloutBuffer(capacity=64, max_version_gap=10)
+    producer = engines.producer(engine, buffer, tokenizer, env=EveryOtherResetFails(), env_failure_limit=0.4, env_failure_window=4)
+    producer.start()
+    wait_for(lambda: producer.error is not None, "the failure-rate stop")
+    producer.stop()
+    message = str(producer.error)
+    assert "of the last 4 episodes failed in the environment, above data.env_failure_limit=0.4" in message
+    assert "env_error:" in message and "simulated user went away" in message
+    assert buffer.accounting_holds()
