@@ -239,3 +239,29 @@ def test_the_module_trains_on_any_datamodule_that_yields_the_schema():
     assert trainer.global_step == 2
     assert [step["train/task_success"] for step in metrics.per_step] == [0.25, 0.5]
     assert not torch.equal(module.policy.model.embed_tokens.weight, before)  # it did train
+
+
+def test_non_finite_mu_from_the_engine_is_masked_and_counted_and_the_loss_stays_finite():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    batch_in = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0])
+    with torch.no_grad():
+        own = token_logprobs(module.policy, batch_in["input_ids"], batch_in["attention_mask"], TEMPERATURE, TOP_K)
+    broken = own.clone()
+    broken[0, 3], broken[2, 3], broken[3, 1] = math.nan, math.inf, -math.inf  # three of the 8 policy tokens
+    before = {name: tensor.clone() for name, tensor in module.policy.state_dict().items()}
+    recorder = StepMetrics()
+    trainer = make_trainer(1, [recorder])
+    trainer.fit(
+        module, datamodule=ListDataModule([make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0], behavior=broken)], FakeRollouts())
+    )
+
+    (metrics,) = recorder.per_step
+    assert metrics["train/nonfinite_tokens"] == 3.0
+    assert metrics["train/policy_tokens"] == 5.0  # the loss's count: the finite ones
+    assert math.isfinite(metrics["train/loss"])
+    # ratio 1 on the 5 finite tokens: loss = -(mean A over them) = -(1 + 1 + 1 + 1 - 1) / 5 = -0.6
+    assert metrics["train/loss"] == pytest.approx(-0.6, abs=1e-6)
+    after = module.policy.state_dict()
+    assert all(torch.isfinite(tensor).all() for tensor in after.values())
+    assert any(not torch.equal(before[name], after[name]) for name in before)  # it still learned from the rest
