@@ -19,6 +19,7 @@ import gc
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 import time
@@ -30,7 +31,10 @@ from typing import Any, TypeVar
 import torch
 from safetensors.torch import save_file
 
+from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
+
 T = TypeVar("T")
+WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
 
 
 class EngineDeadError(RuntimeError):
@@ -73,7 +77,10 @@ class VLLMEngine:
         self._llm: Any = None
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
-        self._weights_dir = Path(tempfile.mkdtemp(prefix="lit_asyncrl_weights_", dir=_shared_memory_dir()))
+        _remove_temp_dirs_of_dead_runs()
+        # The owner's pid in the name lets a later run remove it if this process is killed outright.
+        self._weights_dir = Path(tempfile.mkdtemp(prefix=f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_", dir=_shared_memory_dir()))
+        self._reaper: subprocess.Popen | None = None
         self.version = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -88,6 +95,8 @@ class VLLMEngine:
             os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
             os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         logging.getLogger("vllm").setLevel(self.config.log_level.upper())
+        # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them.
+        self._reaper = start_reaper([self._weights_dir])
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
         self._thread.start()
         if not self._started.wait(timeout_s):
@@ -156,6 +165,8 @@ class VLLMEngine:
             # Collect the AsyncLLM now: left to interpreter exit, its __del__ runs against torn-down modules.
             gc.collect()
             shutil.rmtree(self._weights_dir, ignore_errors=True)
+            stop_reaper(self._reaper)
+            self._reaper = None
 
     def dead_reason(self) -> str | None:
         """Why the engine cannot serve any more (None while it is healthy)."""
@@ -313,6 +324,14 @@ def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[in
         version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
         versions[start:end] = [int(version)] * (end - start)
     return versions
+
+
+def _remove_temp_dirs_of_dead_runs() -> None:
+    """Weights dirs whose owner process is gone (killed before it could clean up)."""
+    for path in Path(_shared_memory_dir() or tempfile.gettempdir()).glob(f"{WEIGHTS_DIR_PREFIX}*_*"):
+        owner = path.name.removeprefix(WEIGHTS_DIR_PREFIX).split("_", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _shared_memory_dir() -> str | None:

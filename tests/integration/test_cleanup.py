@@ -116,6 +116,8 @@ class Run:
             time.sleep(0.2)
         left = [pid for pid in self.descendants if alive(pid)]
         assert left == [], [_cmdline(pid) for pid in left]
+        while engine_temp_dirs() - self.temp_dirs_before and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert engine_temp_dirs() - self.temp_dirs_before == set()
 
 
@@ -207,3 +209,16 @@ def test_a_dead_engine_fails_the_run_within_seconds_naming_it(tmp_path):
     (engine_core,) = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
     os.kill(engine_core, signal.SIGKILL)
     run.assert_stops(time.monotonic(), says="the vLLM engine died")
+
+
+def test_sigkill_of_the_trainer_leaves_no_engine_and_no_temp_dir(tmp_path):
+    # Nothing in a SIGKILLed process can clean up: the reaper it started kills the engine's
+    # processes (which vLLM would leave running, re-parented to init) and removes the weights dir.
+    run = Run(["trainer.max_steps=500"], tmp_path)
+    run.wait_for(run.weights_pushed, "the service start")
+    run.wait_for(run.engine_serving, "engine processes")
+    os.kill(run.process.pid, signal.SIGKILL)
+    run.process.wait(timeout=10)
+    started = time.monotonic()
+    run.assert_nothing_left()
+    assert time.monotonic() - started < 10
