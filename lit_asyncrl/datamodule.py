@@ -103,6 +103,14 @@ class RolloutDataModule(L.LightningDataModule):
             env_failure_window=env_failure_window,
         )
 
+    def state_dict(self) -> dict:
+        # Saved in every checkpoint: produced = trained + dropped + pending holds across a resume.
+        return {"rollout_accounting": self.rollouts.buffer.accounting_state()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if "rollout_accounting" in state_dict:  # checkpoints of earlier versions have none
+            self.rollouts.buffer.restore_accounting(state_dict["rollout_accounting"])
+
     def train_dataloader(self) -> DataLoader:
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.
         return DataLoader(_ServiceStream(self.rollouts, self.batch_timeout_s), batch_size=None, num_workers=0)

@@ -72,3 +72,22 @@ def test_take_waits_for_the_producer_and_times_out():
 def test_bad_arguments_name_the_key(capacity, gap, message):
     with pytest.raises(ValueError, match=message):
         RolloutBuffer(capacity=capacity, max_version_gap=gap)
+
+
+def test_accounting_carries_over_a_restart_with_the_lost_pending_episodes_counted():
+    before = RolloutBuffer(capacity=16, max_version_gap=1)
+    for group_id, versions in enumerate([[[0], [0]], [[0], [0]], [[1], [1]], [[1], [1]]]):
+        assert before.try_reserve(2)
+        before.put_group(make_group(group_id, versions), reserved=2)
+    before.take(1, timeout_s=0.1)  # 2 trained
+    before.set_trainer_version(2)  # the two version-0 groups left: one trained, one stale (2 episodes)
+    before.drop_produced(1, "env_error")
+    state = before.accounting_state()
+    assert state == {"produced": 9, "trained": 2, "dropped": {"stale": 2, "env_error": 1}, "pending": 4}
+
+    after = RolloutBuffer(capacity=16, max_version_gap=1)
+    after.restore_accounting(state)
+    assert (after.produced, after.trained, after.pending) == (9, 2, 0)
+    assert after.dropped == {"stale": 2, "env_error": 1, "restart": 4}  # the 4 pending were not kept
+    assert after.accounting_holds()
+    assert after.counts()["dropped_restart"] == 4 and after.counts()["dropped_env_error"] == 1
