@@ -40,6 +40,8 @@ class RolloutDataModule(L.LightningDataModule):
             answer is malformed) is dropped with that reason and training goes on; when more than
             `env_failure_limit` of the last `env_failure_window` episodes failed (timeouts included),
             the run stops with the counts and the last error.
+        engine_stall_timeout_s: an engine with requests in flight that streams nothing for this
+            long (outside a weight push or pause) is reported as stopped answering and the run stops.
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class RolloutDataModule(L.LightningDataModule):
         eval_timeout_s: float = 600.0,
         env_failure_limit: float = 0.5,
         env_failure_window: int = 64,
+        engine_stall_timeout_s: float = 120.0,
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
@@ -75,6 +78,8 @@ class RolloutDataModule(L.LightningDataModule):
         if not 0.0 <= env_failure_limit <= 1.0:
             raise ValueError(f"data.env_failure_limit must be in [0, 1], got {env_failure_limit}")
         _require_int("env_failure_window", env_failure_window, 1)
+        if not engine_stall_timeout_s > 0:
+            raise ValueError(f"data.engine_stall_timeout_s must be > 0, got {engine_stall_timeout_s}")
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
@@ -83,7 +88,12 @@ class RolloutDataModule(L.LightningDataModule):
         self.eval_instances = self.env.held_out_instances(eval_instances, seed=seed)
         self.eval_samples, self.eval_k, self.eval_timeout_s = eval_samples, eval_k, eval_timeout_s
         engine_config = EngineConfig(
-            dtype=dtype, max_model_len=max_model_len, kv_cache_fraction=kv_cache_fraction, seed=seed, log_level=engine_log_level
+            dtype=dtype,
+            max_model_len=max_model_len,
+            kv_cache_fraction=kv_cache_fraction,
+            seed=seed,
+            log_level=engine_log_level,
+            stall_timeout_s=engine_stall_timeout_s,
         )
         self.rollouts: RolloutService = VLLMRolloutService(
             self.model_path,

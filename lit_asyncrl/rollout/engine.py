@@ -54,6 +54,9 @@ class EngineConfig:
     #: vLLM's own log level. Every weight push makes vLLM log a reload warning and a loading bar;
     #: ERROR keeps Lightning's progress bar readable ("INFO" shows everything again).
     log_level: str = "ERROR"
+    #: An engine with requests in flight that streams nothing for this long (outside a pause) has
+    #: stopped answering and is reported dead, though its processes still run.
+    stall_timeout_s: float = 120.0
 
 
 @dataclasses.dataclass
@@ -82,6 +85,10 @@ class VLLMEngine:
         self._weights_dir = Path(tempfile.mkdtemp(prefix=f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_", dir=_shared_memory_dir()))
         self._reaper: subprocess.Popen | None = None
         self.version = 0
+        # Stall watch: requests in flight, when the engine last showed progress, whether it is paused.
+        self._requests_in_flight = 0
+        self._last_progress = time.monotonic()
+        self._paused = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -176,7 +183,22 @@ class VLLMEngine:
             return "its event-loop thread exited"
         if self._llm.errored:
             return "its engine-core process died or its output handler stopped"
+        stalled_s = self.stalled_for()
+        if stalled_s > self.config.stall_timeout_s:
+            return (
+                f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
+                f"(stall timeout {self.config.stall_timeout_s:g} s, data.engine_stall_timeout_s)"
+            )
         return None
+
+    def stalled_for(self) -> float:
+        """Seconds without output while requests wait for it (0 when idle or paused on purpose)."""
+        if self._requests_in_flight == 0 or self._paused:
+            return 0.0
+        return time.monotonic() - self._last_progress
+
+    def _progress(self) -> None:
+        self._last_progress = time.monotonic()
 
     async def _shutdown_in_loop(self) -> None:
         if self._llm is None:
@@ -199,11 +221,13 @@ class VLLMEngine:
             raise RuntimeError("the engine is not started; call start() first")
         return self._loop
 
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
         """Run a coroutine on the engine loop from another thread and wait for its result.
 
         Raises `EngineDeadError` within about a second if the engine dies while waiting, and in
-        place of whatever a dead engine's call raised (vLLM's own errors name no part).
+        place of whatever a dead engine's call raised (vLLM's own errors name no part). With
+        `stalled` (what the call is, e.g. "a weight push"), running past `timeout_s` means the
+        engine stopped answering (`EngineDeadError`); without it, a plain `TimeoutError`.
         """
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -214,6 +238,11 @@ class VLLMEngine:
             except concurrent.futures.TimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
                     future.cancel()
+                    if stalled:
+                        raise EngineDeadError(
+                            f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s "
+                            "(data.engine_stall_timeout_s)"
+                        ) from None
                     raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
                 error = None
             except Exception as raised:
@@ -261,14 +290,21 @@ class VLLMEngine:
         logprobs: list[float] = []
         final = None
         stream = self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=uuid.uuid4().hex)
-        async for message in stream:
-            completion = message.outputs[0]
-            new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
-            token_ids.extend(completion.token_ids)
-            logprobs.extend(new_logprobs)
-            if on_tokens is not None and completion.token_ids:
-                on_tokens(list(completion.token_ids), new_logprobs)
-            final = completion
+        if self._requests_in_flight == 0:
+            self._progress()  # an idle engine starts its stall clock with the first request
+        self._requests_in_flight += 1
+        try:
+            async for message in stream:
+                self._progress()
+                completion = message.outputs[0]
+                new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
+                token_ids.extend(completion.token_ids)
+                logprobs.extend(new_logprobs)
+                if on_tokens is not None and completion.token_ids:
+                    on_tokens(list(completion.token_ids), new_logprobs)
+                final = completion
+        finally:
+            self._requests_in_flight -= 1
         versions = _expand_version_spans(final.weight_versions, len(token_ids), self.version)
         return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
 
@@ -282,7 +318,8 @@ class VLLMEngine:
         start = time.perf_counter()
         path = self._write_weights(state_dict)
         written = time.perf_counter()
-        self.run(self._swap_weights(path, version))
+        # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
+        self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
         return {"write_s": written - start, "pause_s": time.perf_counter() - written}
 
     def _write_weights(self, state_dict: Mapping[str, torch.Tensor]) -> Path:
@@ -297,12 +334,16 @@ class VLLMEngine:
 
     def pause(self) -> None:
         """Freeze generation (in-flight requests kept, KV cleared) until `resume` or a weight push."""
-        self.run(self._llm.pause_generation(mode="keep", clear_cache=True))
+        self._paused = True
+        self.run(self._llm.pause_generation(mode="keep", clear_cache=True), timeout_s=self.config.stall_timeout_s, stalled="a pause")
 
     def resume(self) -> None:
-        self.run(self._llm.resume_generation())
+        self.run(self._llm.resume_generation(), timeout_s=self.config.stall_timeout_s, stalled="a resume")
+        self._paused = False
+        self._progress()
 
     async def _swap_weights(self, path: Path, version: int) -> None:
+        self._paused = True
         await self._llm.pause_generation(mode="keep", clear_cache=True)
         try:
             await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path.parent)})
@@ -310,6 +351,8 @@ class VLLMEngine:
             self.version = version
         finally:
             await self._llm.resume_generation()
+            self._paused = False
+            self._progress()
 
     def _torch_dtype(self) -> torch.dtype:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.config.dtype]

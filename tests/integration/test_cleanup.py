@@ -95,6 +95,7 @@ class Run:
         self.track()
         start = time.monotonic()
         output, _ = self.process.communicate(timeout=timeout_s)
+        self.output = output
         return self.process.returncode, output, time.monotonic() - start
 
     def wait_for_training(self) -> None:
@@ -222,3 +223,19 @@ def test_sigkill_of_the_trainer_leaves_no_engine_and_no_temp_dir(tmp_path):
     started = time.monotonic()
     run.assert_nothing_left()
     assert time.monotonic() - started < 10
+
+
+def test_an_engine_that_stops_answering_fails_the_run_within_the_stall_timeout(tmp_path):
+    # SIGSTOP freezes the engine core: its processes live on, but no token comes. The run reports
+    # it within the configured stall timeout (5 s here) and still leaves no process behind.
+    run = Run(["trainer.max_steps=500", "rollout.engine_stall_timeout_s=5"], tmp_path)
+    run.wait_for_training()
+    (engine_core,) = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
+    os.kill(engine_core, signal.SIGSTOP)
+    try:
+        # Caught by the trainer's batch wait (no output with requests in flight) or by a weight push
+        # that gets no answer, whichever comes first; both name the stall and the setting.
+        run.assert_stops(time.monotonic(), says="stopped answering")
+        assert "data.engine_stall_timeout_s" in run.output
+    finally:
+        os.kill(engine_core, signal.SIGCONT) if alive(engine_core) else None
