@@ -58,6 +58,8 @@ class RolloutProducer:
         self.recent_failures: collections.deque[bool] = collections.deque(maxlen=env_failure_window)
         self.env_failure_limit = env_failure_limit
         self.last_env_failure = ""
+        #: Consecutive finished episodes without a single policy token: nothing to train on, ever.
+        self.episodes_without_policy_tokens = 0
         # One thread per episode that can be in flight: a slow synchronous tool holds only its own.
         self.call_env = EnvCaller(max_workers=max_concurrent_groups * group_size)
         self.rng = random.Random(seed)
@@ -139,11 +141,19 @@ class RolloutProducer:
                 self.last_env_failure = trajectory.env_failure_message or self.last_env_failure
             if trajectory.env_failure is None:
                 kept.append(trajectory)  # a timed-out episode keeps its tokens and reward
+                no_tokens = trajectory.num_policy_tokens == 0
+                self.episodes_without_policy_tokens = self.episodes_without_policy_tokens + 1 if no_tokens else 0
             else:
                 self.buffer.drop_produced(1, trajectory.env_failure)
         return kept
 
     def _check_failure_rate(self) -> None:
+        if self.episodes_without_policy_tokens >= NO_PROGRESS_EPISODES:
+            raise NoProgressError(
+                f"the last {self.episodes_without_policy_tokens} episodes ended without a single agent token: nothing "
+                "can be trained (the prompt fills the context, data.max_model_len, or the environment ends episodes "
+                "before the agent's first turn)"
+            )
         window = self.recent_failures
         if len(window) == window.maxlen and sum(window) > self.env_failure_limit * len(window):
             reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.env_failures.items()))
@@ -200,6 +210,14 @@ class RolloutProducer:
                 self.buffer.release(self.group_size)
             self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
+
+
+#: Consecutive episodes without a policy token after which a run is declared unable to progress.
+NO_PROGRESS_EPISODES = 64
+
+
+class NoProgressError(RuntimeError):
+    """Episodes keep ending without a policy token: the run can never train."""
 
 
 class EnvironmentFailureRateError(RuntimeError):

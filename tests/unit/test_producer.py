@@ -420,3 +420,18 @@ def test_a_failure_rate_above_the_limit_stops_the_run_naming_counts_and_the_last
     assert "of the last 4 episodes failed in the environment, above data.env_failure_limit=0.4" in message
     assert "env_error:" in message and "simulated user went away" in message
     assert buffer.accounting_holds()
+
+
+def test_episodes_that_never_give_the_agent_a_turn_stop_the_run_within_seconds(engines, tokenizer):
+    engine = engines.engine(malformed_guess)
+    buffer = RolloutBuffer(capacity=256, max_version_gap=10)
+    env = GuessNumberEnv()
+    env.max_turns = 0  # every episode ends at its reset: the agent never gets a turn
+    producer = engines.producer(engine, buffer, tokenizer, env=env)
+    producer.start()
+    started = time.monotonic()
+    wait_for(lambda: producer.error is not None, "the no-progress stop")
+    producer.stop()
+    assert time.monotonic() - started < 5
+    assert "episodes ended without a single agent token: nothing can be trained" in str(producer.error)
+    assert engine.requests == []  # not one turn was ever generated
