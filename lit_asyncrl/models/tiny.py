@@ -11,13 +11,12 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from lit_asyncrl.models.char_tokenizer import VOCAB, build_char_tokenizer
+from lit_asyncrl.models.folder import save_model_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +69,4 @@ def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: 
     )
     torch.manual_seed(config.seed)
     model = Qwen3ForCausalLM(hf_config)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Write into a temporary sibling and rename, so concurrent runs never see a half-written folder.
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".staging-"))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    try:
-        staging.rename(target)
-    except OSError:  # another process won the race; its folder is identical
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return save_model_folder(model, tokenizer, target)
