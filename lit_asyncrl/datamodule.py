@@ -42,6 +42,9 @@ class RolloutDataModule(L.LightningDataModule):
             the run stops with the counts and the last error.
         engine_stall_timeout_s: an engine with requests in flight that streams nothing for this
             long (outside a weight push or pause) is reported as stopped answering and the run stops.
+        engine_restarts: how many times a dead or stalled engine is replaced by a new one serving
+            the latest weights and version (its episodes in flight counted as dropped "lost")
+            before the run stops instead; 0 = stop at once. Not with the dedicated old-logit worker.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class RolloutDataModule(L.LightningDataModule):
         env_failure_limit: float = 0.5,
         env_failure_window: int = 64,
         engine_stall_timeout_s: float = 120.0,
+        engine_restarts: int = 0,
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
@@ -78,6 +82,7 @@ class RolloutDataModule(L.LightningDataModule):
         if not 0.0 <= env_failure_limit <= 1.0:
             raise ValueError(f"data.env_failure_limit must be in [0, 1], got {env_failure_limit}")
         _require_int("env_failure_window", env_failure_window, 1)
+        _require_int("engine_restarts", engine_restarts, 0)
         if not engine_stall_timeout_s > 0:
             raise ValueError(f"data.engine_stall_timeout_s must be > 0, got {engine_stall_timeout_s}")
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
@@ -111,6 +116,7 @@ class RolloutDataModule(L.LightningDataModule):
             seed=seed,
             env_failure_limit=env_failure_limit,
             env_failure_window=env_failure_window,
+            engine_restarts=engine_restarts,
         )
 
     def state_dict(self) -> dict:

@@ -74,9 +74,17 @@ class RolloutProducer:
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
+    def carry_counts_from(self, previous: RolloutProducer) -> None:
+        """Keep the statistics of the producer this one replaces (after an engine restart)."""
+        self.timed_out_episodes, self.policy_tokens = previous.timed_out_episodes, previous.policy_tokens
+        self.env_failures.update(previous.env_failures)
+        self.recent_failures.extend(previous.recent_failures)
+        self.started_at = previous.started_at
+
     def start(self) -> None:
         """Start producing (thread-safe; returns at once)."""
-        self.started_at = time.monotonic()
+        if self.policy_tokens == 0:  # a replacement producer keeps its predecessor's clock
+            self.started_at = time.monotonic()
         self.engine.loop.call_soon_threadsafe(self._start_in_loop)
 
     def _start_in_loop(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +48,8 @@ class VLLMRolloutService:
         liveness_poll_s: how often a waiting `next_batch` checks that every part is alive.
         env_failure_limit, env_failure_window: the run stops when more than this share of the last
             `env_failure_window` episodes failed in the environment (raised, malformed answer, timeout).
+        engine_restarts: how many times a dead (or stalled) engine is replaced by a new one serving
+            the latest published weights and version before the run stops; 0 = stop at once.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class VLLMRolloutService:
         liveness_poll_s: float = 0.5,
         env_failure_limit: float = 0.5,
         env_failure_window: int = 64,
+        engine_restarts: int = 0,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -79,6 +83,9 @@ class VLLMRolloutService:
         self.engine_config, self.seed = engine_config, seed
         self.liveness_poll_s = liveness_poll_s
         self.env_failure_limit, self.env_failure_window = env_failure_limit, env_failure_window
+        self.max_engine_restarts, self.engine_restarts = engine_restarts, 0
+        self._weights: Mapping[str, torch.Tensor] = {}
+        self._version, self._train = 0, True
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         # Made here, before any engine starts: an unusable chat template or stop text fails fast.
         self.episode_format = episode_format_for(self.tokenizer, env)
@@ -101,35 +108,74 @@ class VLLMRolloutService:
         if self.engine is not None:
             raise RuntimeError("the rollout service is already started")
         try:
-            self.engine = VLLMEngine(self.model_path, self.engine_config)
-            self.engine.start(initial_version=version)
-            if self._use_dedicated:
-                self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
-                self.dedicated.start(self.engine.loop)
-                self.dedicated.send_weights(weights, version)
-            self.engine.push_weights(weights, version)
-            self.buffer.set_trainer_version(version)
-            self.producer = RolloutProducer(
-                self.engine,
-                self.env,
-                self.episode_format,
-                self.buffer,
-                group_size=self.group_size,
-                max_concurrent_groups=self.max_concurrent_groups,
-                temperature=self.temperature,
-                top_k=self.top_k,
-                max_context=self.engine_config.max_model_len,
-                seed=self.seed,
-                groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
-                old_logit_model=self.dedicated,
-                env_failure_limit=self.env_failure_limit,
-                env_failure_window=self.env_failure_window,
-            )
-            if train:
-                self.producer.start()
+            self._launch(weights, version, train)
         except BaseException:
             self.close()
             raise
+
+    def _launch(self, weights: Mapping[str, torch.Tensor], version: int, train: bool) -> None:
+        """A new engine serving `weights` as `version`, and a producer on it."""
+        self._weights, self._version, self._train = weights, version, train
+        self.engine = VLLMEngine(self.model_path, self.engine_config)
+        self.engine.start(initial_version=version)
+        if self._use_dedicated and self.dedicated is None:
+            self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
+            self.dedicated.start(self.engine.loop)
+            self.dedicated.send_weights(weights, version)
+        self.engine.push_weights(weights, version)
+        self.buffer.set_trainer_version(version)
+        previous = self.producer
+        self.producer = RolloutProducer(
+            self.engine,
+            self.env,
+            self.episode_format,
+            self.buffer,
+            group_size=self.group_size,
+            max_concurrent_groups=self.max_concurrent_groups,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            max_context=self.engine_config.max_model_len,
+            # After a restart: other instances than the first engine's, group ids that go on.
+            seed=self.seed + 1_000_003 * self.engine_restarts,
+            groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
+            old_logit_model=self.dedicated,
+            env_failure_limit=self.env_failure_limit,
+            env_failure_window=self.env_failure_window,
+        )
+        if previous is not None:
+            self.producer.next_group_id = previous.next_group_id
+            self.producer.carry_counts_from(previous)
+        if train:
+            self.producer.start()
+
+    def _restart_engine(self, reason: str) -> None:
+        """Replace a dead engine with a new one serving the latest published weights and version.
+
+        The episodes it was generating are lost: counted as produced and dropped ("lost"), so the
+        accounting holds, and generated again by the new engine's producer.
+        """
+        engine, producer = self.engine, self.producer
+        lost = len(producer.active) if producer is not None else 0
+        try:
+            if producer is not None and engine is not None and engine.loop.is_running():
+                producer.stop()  # cancels the dead engine's groups on its loop
+            elif producer is not None:
+                producer.call_env.close()
+        except Exception:  # a loop that no longer answers: the engine is shut down below anyway
+            producer.call_env.close()
+        finally:
+            if engine is not None:
+                engine.shutdown()
+        self.buffer.drop_reservations()
+        self.buffer.drop_produced(lost, "lost")
+        self.engine_restarts += 1
+        warnings.warn(
+            f"the vLLM engine died ({reason}); restarting it with the weights of version {self._version} "
+            f"(restart {self.engine_restarts} of data.engine_restarts={self.max_engine_restarts}; {lost} episodes in flight lost)",
+            stacklevel=2,
+        )
+        self.engine = None
+        self._launch(self._weights, self._version, self._train)
 
     def close(self) -> None:
         producer, dedicated, engine = self.producer, self.dedicated, self.engine
@@ -151,7 +197,7 @@ class VLLMRolloutService:
     def next_batch(self, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
         while True:
-            self._raise_if_dead()
+            self._restart_or_raise_if_dead()
             try:
                 groups = self.buffer.take(self.groups_per_batch, timeout_s=min(self.liveness_poll_s, max(deadline - time.monotonic(), 0.0)))
                 break
@@ -165,6 +211,14 @@ class VLLMRolloutService:
         batch["temperature"] = self.temperature
         batch["top_k"] = self.top_k
         return batch
+
+    def _restart_or_raise_if_dead(self) -> None:
+        """A dead engine is replaced while `data.engine_restarts` allows (not with the dedicated
+        worker, which is tied to the engine's loop); any other failure is raised."""
+        reason = self.engine.dead_reason() if self.engine is not None else None
+        if reason is not None and self.engine_restarts < self.max_engine_restarts and self.dedicated is None:
+            self._restart_engine(reason)
+        self._raise_if_dead()
 
     def _raise_if_dead(self) -> None:
         """Name the part that died, within one liveness poll of its death."""
@@ -243,9 +297,13 @@ class VLLMRolloutService:
 
             engine.run(submit_outgoing())
             self.dedicated.send_weights(weights, version)
+        self._weights, self._version = weights, version
         try:
             return engine.push_weights(weights, version)
         except EngineDeadError as error:
+            if self.engine_restarts < self.max_engine_restarts and self.dedicated is None:
+                self._restart_engine(str(error))  # the new engine starts with these weights
+                return {}
             raise RolloutServiceError(str(error)) from error
 
     def live_versions(self) -> list[int]:
@@ -300,6 +358,7 @@ class VLLMRolloutService:
         if producer is not None:
             stats["rollout/env_failures"] = float(sum(producer.env_failures.values()))
             stats["rollout/env_failure_rate"] = sum(producer.recent_failures) / max(len(producer.recent_failures), 1)
+        stats["rollout/engine_restarts"] = float(self.engine_restarts)
         if self.dedicated is not None:
             stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
             stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)
