@@ -224,11 +224,12 @@ class VLLMRolloutService:
         """Name the part that died, within one liveness poll of its death."""
         if self.engine is None:
             raise RolloutServiceError("the rollout service is not started (or already closed)")
-        if self.producer is not None and self.producer.error is not None:
-            raise RolloutServiceError(f"rollout generation failed: {self.producer.error!r}") from self.producer.error
+        # The engine first: when it dies, the producer's error is only its echo.
         reason = self.engine.dead_reason()
         if reason is not None:
             raise RolloutServiceError(f"the vLLM engine died: {reason}")
+        if self.producer is not None and self.producer.error is not None:
+            raise RolloutServiceError(f"rollout generation failed: {self.producer.error!r}") from self.producer.error
         reason = self.dedicated.dead_reason() if self.dedicated is not None else None
         if reason is not None:
             raise RolloutServiceError(reason)

@@ -118,9 +118,12 @@ def one_turn_across_an_update(engine: VLLMEngine, old_model, new_model, prompt: 
             enough_old_tokens.set()
 
     pending = asyncio.run_coroutine_threadsafe(
-        engine.generate(prompt, max_tokens=40, temperature=temperature, ignore_eos=True, on_tokens=on_tokens), engine.loop
+        engine.generate(prompt, max_tokens=60, temperature=temperature, ignore_eos=True, on_tokens=on_tokens), engine.loop
     )
     assert enough_old_tokens.wait(120)
+    # Paused at once: writing 538 MB of weights takes longer than the rest of the turn would, and
+    # the swap must come in the middle of the turn (the push resumes generation when it is done).
+    engine.pause()
     engine.push_weights(new_model.state_dict(), version=old_version + 1)
     turn = pending.result(timeout=300)
     ids = torch.tensor([prompt + turn.token_ids])
