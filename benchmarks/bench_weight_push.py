@@ -80,7 +80,7 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {repeats}, warm-up {args.warmup}, load {os.getloadavg()[0]:.2f}"
     )
     rows = [measure(name, path, repeats, args.warmup) for name, path in models]
-    print("| model | params | fp32 GB | write s | engine pause s | push s | plain copy s | push / copy | target |")
+    print("| model | params | GB pushed | write s | engine pause s | push s | plain copy s | push / copy | target |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|:---:|")
     for row in rows:
         verdict = "ok" if row["ratio"] <= TARGET else "missed"
