@@ -148,6 +148,10 @@ class VLLMRolloutService:
         if train:
             self.producer.start()
 
+    def _may_restart(self) -> bool:
+        # Not with the dedicated worker: it is tied to the dead engine's loop.
+        return self.engine_restarts < self.max_engine_restarts and self.dedicated is None
+
     def _restart_engine(self, reason: str) -> None:
         """Replace a dead engine with a new one serving the latest published weights and version.
 
@@ -213,10 +217,9 @@ class VLLMRolloutService:
         return batch
 
     def _restart_or_raise_if_dead(self) -> None:
-        """A dead engine is replaced while `data.engine_restarts` allows (not with the dedicated
-        worker, which is tied to the engine's loop); any other failure is raised."""
+        """A dead engine is replaced while `data.engine_restarts` allows; any other failure is raised."""
         reason = self.engine.dead_reason() if self.engine is not None else None
-        if reason is not None and self.engine_restarts < self.max_engine_restarts and self.dedicated is None:
+        if reason is not None and self._may_restart():
             self._restart_engine(reason)
         self._raise_if_dead()
 
@@ -302,7 +305,7 @@ class VLLMRolloutService:
         try:
             return engine.push_weights(weights, version)
         except EngineDeadError as error:
-            if self.engine_restarts < self.max_engine_restarts and self.dedicated is None:
+            if self._may_restart():
                 self._restart_engine(str(error))  # the new engine starts with these weights
                 return {}
             raise RolloutServiceError(str(error)) from error

@@ -11,10 +11,16 @@ def tiny_model_path():
     return resolve_model_path(None)
 
 
+def started_engine(model_path, dtype: str = "float32") -> VLLMEngine:
+    """A started engine on `model_path` (~20 s for the tiny policy); the caller shuts it down."""
+    engine = VLLMEngine(model_path, EngineConfig(dtype=dtype, max_model_len=256))
+    engine.start()
+    return engine
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    """One fp32 engine per test module: ~20 s to start, so tests in a module share it."""
-    engine = VLLMEngine(tiny_model_path, EngineConfig(dtype="float32", max_model_len=256))
-    engine.start()
+    """One fp32 engine per test module, shared by its tests."""
+    engine = started_engine(tiny_model_path)
     yield engine
     engine.shutdown()

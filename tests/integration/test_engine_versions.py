@@ -8,8 +8,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
+from tests.integration.conftest import started_engine
 
 pytestmark = pytest.mark.engine
 
@@ -26,8 +26,7 @@ def head_model_path(request):
 
 @pytest.fixture(scope="module")
 def head_engine(head_model_path):
-    engine = VLLMEngine(head_model_path, EngineConfig(dtype="float32", max_model_len=256))
-    engine.start()
+    engine = started_engine(head_model_path)
     yield engine
     engine.shutdown()
 

@@ -20,12 +20,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_asyncrl.envs import ServiceDeskEnv
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.episode_format import ChatTemplateFormat, episode_format_for
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.scoring import token_logprobs
+from tests.integration.conftest import started_engine
 
 pytestmark = pytest.mark.engine
 
@@ -40,15 +41,9 @@ def tokenizer(smollm2_path):
     return AutoTokenizer.from_pretrained(smollm2_path)
 
 
-def start_engine(path, dtype: str) -> VLLMEngine:
-    engine = VLLMEngine(path, EngineConfig(dtype=dtype, max_model_len=256))
-    engine.start()
-    return engine
-
-
 @pytest.fixture(scope="module")
 def fp32_engine(smollm2_path):
-    engine = start_engine(smollm2_path, "float32")
+    engine = started_engine(smollm2_path, "float32")
     yield engine
     engine.shutdown()
 
@@ -157,7 +152,7 @@ def test_fp32_engine_mu_equals_the_trainers_log_probs_at_each_tokens_own_version
 
 
 def test_bf16_engine_gap_is_measured_and_finite(smollm2_path, tokenizer):
-    engine = start_engine(smollm2_path, "bfloat16")
+    engine = started_engine(smollm2_path, "bfloat16")
     try:
         own, other, _ = own_version_gap(engine, smollm2_path, tokenizer)
     finally:

@@ -128,6 +128,13 @@ def make_batch(versions_by_row: dict[int, list[int]], success: list[float], beha
     }
 
 
+def own_logprobs(module: AsyncRLModule) -> torch.Tensor:
+    """[4, 6] the module's policy's own log-probs of the batch's tokens (an on-policy mu)."""
+    batch = make_batch(all_version(0), success=[0.0] * 4)
+    with torch.no_grad():
+        return token_logprobs(module.policy, batch["input_ids"], batch["attention_mask"], TEMPERATURE, TOP_K)
+
+
 def all_version(version: int) -> dict[int, list[int]]:
     return {row: [version] * len(positions) for row, positions in POLICY_POSITIONS.items()}
 
@@ -135,10 +142,8 @@ def all_version(version: int) -> dict[int, list[int]]:
 def test_one_step_on_policy_batch_pushes_weights_and_logs_hand_values():
     torch.manual_seed(0)
     module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
-    batch_in = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0])
-    with torch.no_grad():
-        # mu = the policy's own log-probs: the ratio pi_theta / mu is 1 on every policy token.
-        own = token_logprobs(module.policy, batch_in["input_ids"], batch_in["attention_mask"], TEMPERATURE, TOP_K)
+    # mu = the policy's own log-probs: the ratio pi_theta / mu is 1 on every policy token.
+    own = own_logprobs(module)
     batch = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0], behavior=own)
     weight_names = sorted(module.policy.state_dict())
     rollouts = FakeRollouts()
@@ -244,10 +249,7 @@ def test_the_module_trains_on_any_datamodule_that_yields_the_schema():
 def test_non_finite_mu_from_the_engine_is_masked_and_counted_and_the_loss_stays_finite():
     torch.manual_seed(0)
     module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
-    batch_in = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0])
-    with torch.no_grad():
-        own = token_logprobs(module.policy, batch_in["input_ids"], batch_in["attention_mask"], TEMPERATURE, TOP_K)
-    broken = own.clone()
+    broken = own_logprobs(module).clone()
     broken[0, 3], broken[2, 3], broken[3, 1] = math.nan, math.inf, -math.inf  # three of the 8 policy tokens
     before = {name: tensor.clone() for name, tensor in module.policy.state_dict().items()}
     recorder = StepMetrics()
