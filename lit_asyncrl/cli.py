@@ -1,4 +1,5 @@
-"""Lightning CLI entry: `lit-asyncrl fit --config conf/cli/default.yaml`, plus `lit-asyncrl bounds`.
+"""Lightning CLI entry: `lit-asyncrl fit --config conf/cli/default.yaml`, plus `lit-asyncrl bounds`
+and `lit-asyncrl report RUN_DIRS... --out DIR` (figures and a table over a sweep's runs).
 
 `model.loss` and `model.reference` are typed (`class_path` + `init_args`, checked by jsonargparse);
 `warm_start` is the supervised phase that runs before the fit (skipped with `--ckpt_path`).
@@ -47,6 +48,10 @@ def main(argv: list[str] | None = None) -> None:
         from lit_asyncrl.losses.bounds_table import main as bounds_main
 
         raise SystemExit(bounds_main(argv[1:]))
+    if argv[:1] == ["report"]:
+        from lit_asyncrl.report.main import main as report_main
+
+        raise SystemExit(report_main(argv[1:]))
     # Lightning closes the rollout service on teardown and on any exception (the datamodule's
     # on_exception); SIGTERM is turned into such an exception.
     quiet_known_warnings()

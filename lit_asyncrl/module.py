@@ -11,8 +11,9 @@ import torch
 from torchmetrics import MeanMetric
 
 from lit_asyncrl.eval_metrics import AvgAtK, PassAtK
+from lit_asyncrl.fidelity import ReferenceFidelity
+from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
-from lit_asyncrl.losses.metrics import GAP_BUCKETS
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
@@ -39,6 +40,8 @@ class AsyncRLModule(L.LightningModule):
         train_last_layers: train only the last this many decoder layers and the final norm (the
             rest, embeddings and a tied head included, stay frozen); None = train everything.
             Makes a real model's step affordable on a CPU: frozen layers run forward only.
+        fidelity: also compute exact old log-probs from snapshots of its own and log how far the
+            reference in use is from them, per version gap (`fidelity/*`; see `lit_asyncrl.fidelity`).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class AsyncRLModule(L.LightningModule):
         weight_decay: float = 0.0,
         entropy_coef: float = 0.0,
         train_last_layers: int | None = None,
+        fidelity: bool = False,
     ) -> None:
         super().__init__()
         if not lr > 0:
@@ -59,6 +63,7 @@ class AsyncRLModule(L.LightningModule):
         self.save_hyperparameters(ignore=["loss", "reference"])
         self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
         self.reference = reference if reference is not None else NoReference()
+        self.fidelity = ReferenceFidelity() if fidelity else None
         _check_loss_and_reference(self.loss_fn, self.reference)
         from transformers import AutoModelForCausalLM
 
@@ -81,7 +86,15 @@ class AsyncRLModule(L.LightningModule):
 
         # Order matters: weights are published before the reference's callbacks act on a step's end.
         # Not required: with a DataModule of ready-made batches (no rollout service) they do nothing.
-        return [EngineWeightSync(required=False), RolloutStatsLogger(required=False), *self.reference.callbacks()]
+        return [
+            EngineWeightSync(required=False),
+            RolloutStatsLogger(required=False),
+            *self.reference.callbacks(),
+            *self._fidelity_callbacks(),
+        ]
+
+    def _fidelity_callbacks(self) -> list[L.Callback]:
+        return self.fidelity.callbacks() if self.fidelity is not None else []
 
     def training_step(self, dataloader_iter: Iterator) -> torch.Tensor:
         # Wall time from the previous step's start: includes waiting for rollouts, the reference
@@ -96,20 +109,22 @@ class AsyncRLModule(L.LightningModule):
         logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logprobs = logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
         ref_logprobs = self.reference.ref_logprobs(batch, logprobs.detach(), self.global_step)
-        out = self.loss_fn(
-            LossInputs(
-                logprobs=logprobs,
-                behavior_logprobs=batch["behavior_logprobs"],
-                advantages=batch["advantages"],
-                loss_mask=loss_mask,
-                ref_logprobs=ref_logprobs,
-                version_gap=version_gap,
-            )
+        inputs = LossInputs(
+            logprobs=logprobs,
+            behavior_logprobs=batch["behavior_logprobs"],
+            advantages=batch["advantages"],
+            loss_mask=loss_mask,
+            ref_logprobs=ref_logprobs,
+            version_gap=version_gap,
+        )
+        out = self.loss_fn(inputs)
+        fidelity = (
+            {} if self.fidelity is None else self.fidelity.metrics(self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step)
         )
         entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
         loss = out.loss - self.hparams.entropy_coef * entropy
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
-        self._log_step(batch, out.metrics, version_gap, entropy, loss, ref_logprobs, step_s)
+        self._log_step(batch, out.metrics, fidelity, version_gap, entropy, loss, ref_logprobs, step_s)
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
@@ -146,6 +161,7 @@ class AsyncRLModule(L.LightningModule):
         self,
         batch: dict,
         loss_metrics: dict[str, float],
+        fidelity: dict[str, float],
         version_gap: torch.Tensor,
         entropy: torch.Tensor,
         loss: torch.Tensor,
@@ -172,6 +188,7 @@ class AsyncRLModule(L.LightningModule):
         metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap))
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
+        metrics.update(fidelity)
         # A version-gap bucket with no tokens in a step must be absent from that step's row, but
         # `self.log` repeats a key's last value at every later step: buckets go to the loggers directly.
         per_gap = {key: value for key, value in metrics.items() if "/gap_" in key}
@@ -242,16 +259,4 @@ def _reference_gap_metrics(
     if ref_logprobs is None:
         return {}
     log_rd = (ref_logprobs - behavior_logprobs).abs()
-    scored = loss_mask & torch.isfinite(log_rd)
-    if not scored.any():
-        return {}
-    metrics = {
-        "train/ref_behavior_logratio_absmax": log_rd[scored].max().item(),
-        "train/ref_behavior_logratio_absmean": log_rd[scored].mean().item(),
-    }
-    bucket = version_gap.clamp(max=len(GAP_BUCKETS) - 1)  # the last bucket is gap_4plus
-    for index in torch.unique(bucket[scored]).tolist():
-        values = log_rd[scored & (bucket == index)]
-        metrics[f"train/ref_behavior_logratio_absmax/{GAP_BUCKETS[index]}"] = values.max().item()
-        metrics[f"train/ref_behavior_logratio_absmean/{GAP_BUCKETS[index]}"] = values.mean().item()
-    return metrics
+    return abs_stats_by_gap(log_rd, loss_mask & torch.isfinite(log_rd), version_gap, "train/ref_behavior_logratio_")

@@ -70,7 +70,22 @@ def build(cfg: DictConfig) -> tuple:
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="train")
 def main(cfg: DictConfig) -> float:
+    import time
+    from pathlib import Path
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from lit_asyncrl.run_summary import is_finished, read_summary, write_summary
+
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    if cfg.get("skip_finished") and is_finished(run_dir):
+        print(f"skipped (finished before): {run_dir}")
+        return read_summary(run_dir)["final_metrics"].get("train/task_success", float("nan"))
+    start = time.perf_counter()
     metrics = run(cfg)
+    if cfg.get("stage", "fit") == "fit":
+        write_summary(run_dir, list(hydra_cfg.overrides.task), time.perf_counter() - start, metrics)
     # Returned for Hydra sweepers that optimise an objective.
     return metrics.get("train/task_success", float("nan"))
 

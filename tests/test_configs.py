@@ -119,6 +119,31 @@ def test_sweeps_name_existing_experiments_and_keys(tmp_path):
         assert leaf in decay[node], key
 
 
+FINDINGS_SWEEPS = ("findings_quick", "table2", "fig3", "fig4", "fig10")
+
+
+@pytest.mark.parametrize("sweep", FINDINGS_SWEEPS)
+def test_findings_sweeps_build_every_job_in_the_paper_setting(sweep, tmp_path):
+    params = compose_train([f"+sweep={sweep}", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
+    experiments = params["experiment"].split(",")
+    assert set(experiments) <= set(EXPERIMENTS)
+    for experiment in experiments:
+        # Each job as the sweeper launches it; the swept keys other than the experiment take their first value.
+        others = [
+            f"{key}={value.split('],')[0] + ']' if value.startswith('[') else value.split(',')[0]}"
+            for key, value in params.items()
+            if key != "experiment"
+        ]
+        cfg = compose_train([f"+sweep={sweep}", f"experiment={experiment}", *others, f"hydra.run.dir={tmp_path}"])
+        # The setting of the findings: bf16 engine, fp32 trainer, gap cap 3, the service desk, fidelity on.
+        assert (cfg.rollout.dtype, cfg.rollout.max_version_gap, cfg.fidelity, cfg.skip_finished) == ("bfloat16", 3, True, True)
+        assert cfg.env._target_.endswith("ServiceDeskEnv")
+        assert cfg.hydra.sweep.dir == f"results/findings/{sweep.removeprefix('findings_')}"
+        module = instantiate(cfg.module, _convert_="all")
+        assert module.loss_fn.discrepancy_bounds == (0.9, 1.1)  # the setting's mask, also fig3's first value
+        assert module.fidelity is not None
+
+
 # -- Lightning CLI parity --------------------------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 import torch
@@ -73,6 +73,26 @@ class LossStrategy(ABC):
         has_mask = terms.discrepancy_mask is not None
         metrics = step_metrics(prepared, discrepancy_mask if has_mask else None, clip_mask)
         return LossOutput(loss=loss, discrepancy_mask=discrepancy_mask, clip_mask=clip_mask, metrics=metrics)
+
+    def proxy_logprobs(self, inputs: LossInputs) -> Tensor:
+        """What this strategy puts where the exact ``log pi_old`` belongs ``[B, T]``, detached.
+
+        ``pi_ref`` when the strategy reads one and it is given, else ``mu_old``. Reference fidelity
+        (``lit_asyncrl.fidelity``) compares it with the exact old log-probs.
+        """
+        if self.reference_use != "ignored" and inputs.ref_logprobs is not None:
+            return inputs.ref_logprobs.detach()
+        return inputs.behavior_logprobs.detach()
+
+    def discrepancy_mask_under(self, inputs: LossInputs, exact_logprobs: Tensor) -> Tensor | None:
+        """The ``r_d`` mask this strategy would apply with ``exact_logprobs`` (exact ``log pi_old``)
+        as its reference, bool ``[B, T]``; None when the strategy has no such mask.
+        """
+        exact_inputs = replace(inputs, logprobs=inputs.logprobs.detach(), ref_logprobs=exact_logprobs)
+        with torch.no_grad():
+            prepared = prepare_inputs(exact_inputs, use_reference=True)
+            terms = self.token_terms(prepared)
+        return None if terms.discrepancy_mask is None else terms.discrepancy_mask & prepared.valid
 
     def __repr__(self) -> str:
         arguments = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import replace
 
+import torch
 from torch import Tensor
 
 from lit_asyncrl.losses.arguments import check_alpha, check_bounds
 from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
 from lit_asyncrl.losses.discrepancy import masked_discrepancy_weight
-from lit_asyncrl.losses.inputs import PreparedInputs
+from lit_asyncrl.losses.inputs import LossInputs, PreparedInputs, prepare_inputs
 from lit_asyncrl.losses.interpolation import interpolation_alpha, linear_proximal_logprobs, loglinear_proximal_logprobs
 from lit_asyncrl.losses.ratios import clipped_surrogate, ratio
 from lit_asyncrl.losses.registry import register_loss
@@ -53,6 +55,20 @@ class InterpolatedProximal(LossStrategy):
     def discrepancy_correction(self, log_proximal: Tensor, behavior_logprobs: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Weight and mask from ``r_d``; None, None: Table 1 has ``r_d = 1`` without the train-infer mask."""
         return None, None
+
+    def proxy_logprobs(self, inputs: LossInputs) -> Tensor:
+        """``log pi_prox``: the interpolation stands where ``log pi_old`` belongs."""
+        with torch.no_grad():
+            prepared = prepare_inputs(inputs, use_reference=False)
+            alpha = interpolation_alpha(prepared.version_gap, self.alpha, like=prepared.behavior_logprobs)
+            return self.proximal_logprobs(prepared.logprobs, prepared.behavior_logprobs, alpha)
+
+    def discrepancy_mask_under(self, inputs: LossInputs, exact_logprobs: Tensor) -> Tensor | None:
+        """The ``r_d`` mask on ``pi_old / mu_old`` instead of ``pi_prox / mu_old``; None without the mask."""
+        with torch.no_grad():
+            prepared = prepare_inputs(replace(inputs, logprobs=inputs.logprobs.detach(), ref_logprobs=exact_logprobs), use_reference=True)
+            _, kept = self.discrepancy_correction(prepared.ref_logprobs, prepared.behavior_logprobs)
+        return None if kept is None else kept & prepared.valid
 
     def token_terms(self, inputs: PreparedInputs) -> TokenTerms:
         alpha = interpolation_alpha(inputs.version_gap, self.alpha, like=inputs.behavior_logprobs)  # [B, T]

@@ -30,11 +30,16 @@ def run_hydra(overrides: list[str], timeout_s: float = 600) -> subprocess.Comple
     return run_command([sys.executable, "-m", "lit_asyncrl.train", *overrides], timeout_s)
 
 
+def read_all_rows(csv_path: Path) -> list[dict[str, float]]:
+    """Every row of a Lightning metrics.csv as floats (empty cells dropped); per-gap metrics are
+    rows of their own (the module hands them to the loggers directly)."""
+    with open(csv_path, newline="") as handle:
+        return [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
+
+
 def read_rows(csv_path: Path) -> list[dict[str, float]]:
     """Rows of a Lightning metrics.csv that carry training metrics, as floats (empty cells dropped)."""
-    with open(csv_path, newline="") as handle:
-        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
-    return [row for row in rows if "train/task_success" in row]
+    return [row for row in read_all_rows(csv_path) if "train/task_success" in row]
 
 
 def read_warm_start(run_dir: Path) -> list[dict[str, float]]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
+from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
 #: Staleness needs the engine ahead of the trainer: more groups in flight than one batch.
@@ -22,8 +22,10 @@ def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
     pi_old of each token's own version equals the fp32 engine's mu: r_d == 1 up to noise, whatever
     the version gap (an off-by-one version would show gaps of ~1e-2 or more), and every policy token
     has its pi_old.
+    With `fidelity=true` the shadow snapshots score the same tokens independently: an exact route
+    agrees with them within 1e-5 at every gap, and masks exactly as they do.
     """
-    run_hydra([f"experiment={experiment}", f"hydra.run.dir={run_dir}", *STALE_RUN])
+    run_hydra([f"experiment={experiment}", f"hydra.run.dir={run_dir}", "fidelity=true", *STALE_RUN])
     rows = read_rows(run_dir / "metrics.csv")
     assert len(rows) == 8
     assert max(row["train/version_gap_max"] for row in rows) >= 1  # stale tokens were trained on
@@ -31,6 +33,17 @@ def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
         assert row["train/nonfinite_tokens"] == 0
         assert row["train/ref_behavior_logratio_absmax"] < 1e-4
         assert row["train/train_infer_mask"] == 1.0
+        assert row["fidelity/logratio_absmax"] <= 1e-5
+        assert row["fidelity/mask_disagreement"] == 0.0
+    gap_rows = read_all_rows(run_dir / "metrics.csv")
+    stale_buckets = {
+        key
+        for row in gap_rows
+        for key in row
+        if key.startswith("fidelity/logratio_absmax/gap_") and key != "fidelity/logratio_absmax/gap_0"
+    }
+    assert stale_buckets  # the shadow measured stale tokens too
+    assert max(row.get(key, 0.0) for row in gap_rows for key in stale_buckets) <= 1e-5
     return rows
 
 
@@ -57,6 +70,8 @@ def test_ppo_ewma_starts_from_the_warmed_up_weights_and_logs_its_state(tmp_path)
     run_hydra(
         [
             "experiment=ppo_ewma",
+            "reference.beta=0.9",
+            "fidelity=true",
             "trainer.max_steps=10",
             f"hydra.run.dir={tmp_path}",
             *SMALL_RUN,
@@ -73,8 +88,13 @@ def test_ppo_ewma_starts_from_the_warmed_up_weights_and_logs_its_state(tmp_path)
     assert rows[0]["train/ref_behavior_logratio_absmax"] < 1e-4
     # Later the average mixes versions, so it is no longer the sampling policy of stale tokens.
     assert max(row["train/ref_behavior_logratio_absmax"] for row in rows[1:]) > 1e-4
+    # Fidelity: at step 0 the average is version 0 itself (exact); once tokens are stale, a beta of
+    # 0.9 keeps far older weights than the token's own version and the shadow sees it.
+    assert rows[0]["fidelity/logratio_absmax"] <= 1e-5
+    stale = [row for row in rows if row["train/version_gap_max"] >= 1]
+    assert stale and max(row["fidelity/logratio_absmean"] for row in stale) > 1e-3
     for row in rows:
-        assert row["reference/ewma_beta"] == 0.75  # the experiment's fixed decay
+        assert row["reference/ewma_beta"] == 0.9
         assert 0 <= row["reference/low_mask_streak"] <= 3 and row["reference/low_mask_streak"].is_integer()
         assert row["reference/ewma_resets"].is_integer()
     resets = [row["reference/ewma_resets"] for row in rows]

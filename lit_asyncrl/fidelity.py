@@ -1,0 +1,102 @@
+"""Reference fidelity: exact old log-probs computed in the shadow of any reference, and how far the
+reference a run actually uses is from them.
+
+With `fidelity=true` (Hydra) or `--model.fidelity true` (Lightning CLI) the module keeps weight
+snapshots of its own, scores every policy token under the version that sampled it (exact
+`log pi_old`) and logs, overall and per version-gap bucket n:
+
+- `fidelity/logratio_absmean/gap_n`, `fidelity/logratio_absmax/gap_n`: |log pi_proxy - log pi_old|,
+  where pi_proxy is what the loss strategy puts in pi_old's place: the reference source's pi_ref
+  (EWMA, async recompute, or an exact route), the interpolated pi_prox of `linear_prox` and
+  `loglinear_prox`, or mu_old for strategies without a reference (`ppo_clip_train_infer`);
+- `fidelity/mask_disagreement/gap_n`: the fraction of those tokens whose train-infer mask decision
+  differs from the decision the same strategy makes with exact pi_old (strategies without an r_d
+  mask log no disagreement).
+
+The training itself is unchanged: the shadow only measures. It costs one snapshot per version and
+one extra forward per distinct stale version in a batch.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from asyncrl_callbacks import SnapshotRetention
+from typing_extensions import override
+
+from lit_asyncrl.gap_stats import abs_stats_by_gap, fraction_by_gap
+from lit_asyncrl.losses import LossInputs, LossStrategy
+from lit_asyncrl.reference.snapshot import SnapshotReference
+
+
+class _ShadowRetention(SnapshotRetention):
+    """Snapshots of their own, checkpointed under their own key, logging no `snapshot/*` metrics
+    (those describe the run's reference, which may be a snapshot reference too)."""
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(role="fidelity_shadow", module_attr=self.module_attr)
+
+
+class ReferenceFidelity:
+    """Exact old log-probs beside the run's reference, and the per-gap distances to them."""
+
+    def __init__(self) -> None:
+        self.exact = SnapshotReference()
+        # The shadow follows the rollout service's staleness cap like any snapshot reference.
+        self.exact._retention = _ShadowRetention(max_staleness=None, module_attr="policy", log_metrics=False)
+
+    def callbacks(self) -> list[L.Callback]:
+        return self.exact.callbacks()
+
+    def metrics(self, loss_fn: LossStrategy, inputs: LossInputs, applied_mask: torch.Tensor, batch: dict, version: int) -> dict[str, float]:
+        """The `fidelity/*` metrics of one training batch.
+
+        Args:
+            loss_fn: the run's strategy (it knows which proxy it uses and how it masks).
+            inputs: the inputs the strategy was called with ([B, T] each).
+            applied_mask: the r_d mask the strategy applied (`LossOutput.discrepancy_mask`).
+            batch: the training batch (token ids and versions for the historical forwards).
+            version: the trainer's weight version.
+        """
+        with torch.no_grad():
+            exact = self.exact.ref_logprobs(batch, inputs.logprobs.detach(), version)
+            return fidelity_metrics(
+                proxy_logprobs=loss_fn.proxy_logprobs(inputs),
+                exact_logprobs=exact,
+                loss_mask=inputs.loss_mask,
+                version_gap=inputs.version_gap,
+                applied_mask=applied_mask,
+                exact_mask=loss_fn.discrepancy_mask_under(inputs, exact),
+                finite=_finite(inputs),
+            )
+
+
+def fidelity_metrics(
+    proxy_logprobs: torch.Tensor,
+    exact_logprobs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    version_gap: torch.Tensor,
+    applied_mask: torch.Tensor,
+    exact_mask: torch.Tensor | None,
+    finite: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """`fidelity/logratio_abs{mean,max}[/gap_n]` and `fidelity/mask_disagreement[/gap_n]` ([B, T] inputs).
+
+    Tokens counted: policy tokens (`loss_mask`) whose log-ratio is finite and, when given, where
+    `finite` holds (the loss's own inputs were finite there).
+    """
+    log_ratio = (proxy_logprobs - exact_logprobs).abs()
+    tokens = loss_mask & torch.isfinite(log_ratio)
+    if finite is not None:
+        tokens = tokens & finite
+    metrics = abs_stats_by_gap(log_ratio, tokens, version_gap, "fidelity/logratio_")
+    if exact_mask is not None:
+        metrics.update(fraction_by_gap(applied_mask != exact_mask, tokens, version_gap, "fidelity/mask_disagreement"))
+    return metrics
+
+
+def _finite(inputs: LossInputs) -> torch.Tensor:
+    finite = torch.isfinite(inputs.logprobs.detach()) & torch.isfinite(inputs.behavior_logprobs)
+    return finite & torch.isfinite(inputs.advantages)

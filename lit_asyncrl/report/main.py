@@ -1,0 +1,59 @@
+"""`lit-asyncrl report RUN_DIR [RUN_DIR ...] --out DIR`: curves.png, fidelity.png and report.md.
+
+Runs are grouped by their overrides without the seed (a Hydra multirun's job directories), so a
+sweep's part can be reported alone or several parts together; unfinished runs are included with
+what they logged and counted in the "finished" column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from lit_asyncrl.report.figures import plot_curves, plot_fidelity
+from lit_asyncrl.report.runs import group_by_label, load_run
+from lit_asyncrl.report.table import COLUMN_NOTES, results_table
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="lit-asyncrl report", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (each with metrics.csv)")
+    parser.add_argument("--out", type=Path, required=True, help="directory for report.md and the PNG figures")
+    parser.add_argument("--title", default="lit_asyncrl results", help="the report's heading")
+    parser.add_argument("--smooth", type=int, default=10, help="moving-average window (steps) of the training curves")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.smooth < 1:
+        raise SystemExit(f"--smooth must be >= 1, got {args.smooth}")
+    run_dirs = [path for path in args.run_dirs if path.is_dir() and not path.name.startswith(".")]
+    missing = [str(path) for path in run_dirs if not (path / "metrics.csv").is_file()]
+    if missing or not run_dirs:
+        raise SystemExit("not run directories (no metrics.csv): " + (", ".join(missing) or "none given"))
+    groups = group_by_label([load_run(path) for path in run_dirs])
+    args.out.mkdir(parents=True, exist_ok=True)
+    curves = plot_curves(groups, args.out / "curves.png", args.smooth)
+    fidelity = plot_fidelity(groups, args.out / "fidelity.png")
+    machines = sorted({run.summary["machine"] for runs in groups.values() for run in runs if run.summary})
+    lines = [
+        f"# {args.title}",
+        "",
+        f"{sum(len(runs) for runs in groups.values())} runs in {len(groups)} configurations, reported "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+        "",
+        results_table(groups),
+        "",
+        COLUMN_NOTES,
+        "",
+        f"![curves]({curves.name})",
+    ]
+    if fidelity is not None:
+        lines += ["", f"![fidelity]({fidelity.name})"]
+    lines += ["", "Machine: " + ("; ".join(machines) if machines else "not recorded (no finished run)"), ""]
+    (args.out / "report.md").write_text("\n".join(lines))
+    print(args.out / "report.md")
+    return 0

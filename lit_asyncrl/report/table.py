@@ -1,0 +1,75 @@
+"""The report's markdown table: one row per configuration, mean ± spread over its seeds."""
+
+from __future__ import annotations
+
+from lit_asyncrl.losses.metrics import GAP_BUCKETS
+from lit_asyncrl.report.aggregate import final_value, lowest_value, mean_value, median_value, per_seed, wall_minutes
+from lit_asyncrl.report.runs import Run
+
+
+def _cell(value: tuple[float, float] | None, digits: int = 3, scientific: bool = False) -> str:
+    if value is None:
+        return "–"
+    mean, spread = value
+    text = f"{mean:.1e}" if scientific else f"{mean:.{digits}f}"
+    if spread:
+        text += f" ± {spread:.1e}" if scientific else f" ± {spread:.{digits}f}"
+    return text
+
+
+def _held_out_keys(groups: dict[str, list[Run]]) -> tuple[str | None, str | None]:
+    names = sorted({name for runs in groups.values() for run in runs for name in run.series})
+    avg = next((name for name in names if name.startswith("val/avg@")), None)
+    passed = next((name for name in names if name.startswith("val/pass@")), None)
+    return avg, passed
+
+
+def results_table(groups: dict[str, list[Run]]) -> str:
+    """Markdown: held-out avg@k and pass@k at the end, lowest train-infer mask, EWMA resets,
+    fidelity per version gap, mask disagreement, median step time and wall time."""
+    avg_key, pass_key = _held_out_keys(groups)
+    gap_columns = [bucket.replace("gap_", "gap ") for bucket in GAP_BUCKETS]
+    header = [
+        "configuration",
+        "seeds (finished)",
+        f"held-out {avg_key.split('/')[1] if avg_key else 'avg@k'} at end",
+        f"held-out {pass_key.split('/')[1] if pass_key else 'pass@k'} at end",
+        "lowest train-infer mask",
+        "mean abs log(pi_ref/mu)",
+        "EWMA resets",
+        *[f"fidelity {column}" for column in gap_columns],
+        "mask disagreement",
+        "step s (median)",
+        "wall min",
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for label, runs in groups.items():
+        finished = sum(run.summary is not None for run in runs)
+        cells = [
+            label,
+            f"{len(runs)} ({finished})",
+            _cell(per_seed(runs, final_value(avg_key))) if avg_key else "–",
+            _cell(per_seed(runs, final_value(pass_key))) if pass_key else "–",
+            _cell(per_seed(runs, lowest_value("train/train_infer_mask"))),
+            _cell(per_seed(runs, mean_value("train/ref_behavior_logratio_absmean")), scientific=True),
+            _cell(per_seed(runs, final_value("reference/ewma_resets")), digits=1),
+            *[_cell(per_seed(runs, mean_value(f"fidelity/logratio_absmean/{bucket}")), scientific=True) for bucket in GAP_BUCKETS],
+            _cell(per_seed(runs, mean_value("fidelity/mask_disagreement")), digits=4),
+            _cell(per_seed(runs, median_value("train/step_s")), digits=2),
+            _cell(per_seed(runs, wall_minutes), digits=1),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+COLUMN_NOTES = """Columns: mean ± sample standard deviation over seeds (no ± with one seed). *held-out* values
+are the last evaluation of each run on instances never trained on. *lowest train-infer mask* is the
+smallest fraction of policy tokens the r_d mask kept in any step. *mean abs log(pi_ref/mu)* is
+the mean over steps of |log r_d| as the loss saw it: with an exact reference, the training-inference
+discrepancy alone (the bf16 engine against the fp32 trainer); with a proxy, staleness too (– where
+the loss takes no reference). *EWMA resets* counts automatic
+resets of the EWMA reference (– for other references). *fidelity gap n* is the mean over steps of
+|log pi_proxy - log pi_old| (nats) on the tokens n versions old, pi_proxy being what the method puts
+in pi_old's place and pi_old exact (shadow snapshots); *mask disagreement* is the fraction of policy
+tokens whose r_d mask decision differs from the one exact pi_old gives. *step s* is the wall time of
+an optimizer step (waiting for rollouts, reference, update, weight push), *wall min* the whole run."""

@@ -1,0 +1,167 @@
+"""`lit-asyncrl report` over hand-written run directories: grouping by configuration, mean and spread
+over seeds, figures written; and the resumable sweep's skip of finished jobs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lit_asyncrl.cli import main as cli_main
+from lit_asyncrl.report.aggregate import seed_band, smooth
+from lit_asyncrl.report.runs import group_by_label, load_run, run_label
+from lit_asyncrl.run_summary import is_finished, read_summary, write_summary
+
+
+def write_run(path: Path, overrides: list[str], rows: list[dict], finished: bool = True, wall_s: float = 120.0) -> Path:
+    """A run directory as a Hydra job leaves it: metrics.csv, .hydra/overrides.yaml, summary.json."""
+    path.mkdir(parents=True)
+    keys = sorted({key for row in rows for key in row})
+    with open(path / "metrics.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    (path / ".hydra").mkdir()
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {item}\n" for item in overrides))
+    if finished:
+        write_summary(path, overrides, wall_s, {"train/task_success": 0.5})
+    return path
+
+
+def training_rows(success: list[float], mask: list[float], fidelity_gap1: float, step_s: float) -> list[dict]:
+    rows = []
+    for step, (value, kept) in enumerate(zip(success, mask, strict=True)):
+        rows.append(
+            {
+                "step": step,
+                "train/task_success": value,
+                "train/train_infer_mask": kept,
+                "train/step_s": step_s,
+                "train/ref_behavior_logratio_absmean": 0.001 * (step + 1),
+            }
+        )
+        rows.append({"step": step, "fidelity/logratio_absmean/gap_1": fidelity_gap1})
+    return rows
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    root = tmp_path / "table2"
+    # snapshot, two seeds: held-out avg@4 ends at 0.5 and 0.7; lowest masks 0.9 and 0.8
+    write_run(
+        root / "experiment=snapshot,seed=0",
+        ["experiment=snapshot", "seed=0"],
+        [
+            *training_rows([0.1, 0.3], [0.95, 0.9], 0.0, 1.0),
+            {"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8},
+            {"step": 1, "val/avg@4": 0.5, "val/pass@4": 0.9},
+        ],
+        wall_s=60.0,
+    )
+    write_run(
+        root / "experiment=snapshot,seed=1",
+        ["experiment=snapshot", "seed=1"],
+        [
+            *training_rows([0.2, 0.4], [0.8, 0.85], 0.0, 3.0),
+            {"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8},
+            {"step": 1, "val/avg@4": 0.7, "val/pass@4": 1.0},
+        ],
+        wall_s=180.0,
+    )
+    # EWMA, one seed that did not finish
+    write_run(
+        root / "experiment=ppo_ewma,reference.beta=0.9,seed=0",
+        ["experiment=ppo_ewma", "reference.beta=0.9", "seed=0"],
+        [
+            *training_rows([0.0, 0.2], [1.0, 0.5], 0.02, 2.0),
+            {"step": 1, "reference/ewma_resets": 2.0},
+            {"step": 1, "val/avg@4": 0.25, "val/pass@4": 0.5},
+        ],
+        finished=False,
+    )
+    return root
+
+
+def test_labels_drop_the_seed_and_launch_keys():
+    assert run_label(["+sweep=table2", "experiment=snapshot", "seed=2", "skip_finished=true"]) == "snapshot"
+    assert run_label(["experiment=ppo_ewma", "reference.beta=0.9", "seed=0"]) == "ppo_ewma reference.beta=0.9"
+    assert run_label(["seed=3"]) == "default"
+
+
+def test_runs_group_by_configuration_with_their_seeds(sweep):
+    runs = [load_run(path) for path in sorted(sweep.iterdir())]
+    groups = group_by_label(runs)
+    assert {label: [run.seed for run in members] for label, members in groups.items()} == {
+        "ppo_ewma reference.beta=0.9": [0],
+        "snapshot": [0, 1],
+    }
+    assert groups["ppo_ewma reference.beta=0.9"][0].summary is None  # unfinished: read from .hydra
+
+
+def test_seed_band_is_mean_min_max_at_common_steps(sweep):
+    runs = group_by_label([load_run(path) for path in sorted(sweep.iterdir())])["snapshot"]
+    steps, mean, low, high = seed_band(runs, "train/task_success")
+    assert steps == [0, 1]
+    assert mean == pytest.approx([0.15, 0.35]) and low == pytest.approx([0.1, 0.3]) and high == pytest.approx([0.2, 0.4])
+    assert smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
+
+
+def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
+    out = tmp_path / "report"
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["report", *map(str, sorted(sweep.iterdir())), "--out", str(out), "--smooth", "1"])
+    assert exit_info.value.code == 0
+    assert (out / "curves.png").stat().st_size > 10_000 and (out / "fidelity.png").stat().st_size > 5_000
+    rows = [line.strip("| ").split(" | ") for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
+    header, *body = rows
+    table = {row[0]: dict(zip(header, row, strict=True)) for row in body}
+    snapshot = table["snapshot"]
+    # avg@4 at the end: 0.5 and 0.7 -> mean 0.6, sample sd 0.1414; pass@4: 0.9 and 1.0
+    assert snapshot["held-out avg@4 at end"] == "0.600 ± 0.141"
+    assert snapshot["held-out pass@4 at end"] == "0.950 ± 0.071"
+    # lowest masks 0.9 and 0.8; median step 1.0 and 3.0 s; wall 1 and 3 minutes
+    assert snapshot["lowest train-infer mask"] == "0.850 ± 0.071"
+    assert snapshot["step s (median)"] == "2.00 ± 1.41"
+    assert snapshot["wall min"] == "2.0 ± 1.4"
+    assert snapshot["seeds (finished)"] == "2 (2)"
+    assert snapshot["EWMA resets"] == "–"
+    assert snapshot["mean abs log(pi_ref/mu)"] == "1.5e-03"  # steps 0.001 and 0.002, the same in both seeds
+    assert snapshot["fidelity gap 1"] == "0.0e+00"
+    ewma = table["ppo_ewma reference.beta=0.9"]
+    assert ewma["seeds (finished)"] == "1 (0)" and ewma["EWMA resets"] == "2.0"
+    assert ewma["fidelity gap 1"] == "2.0e-02" and ewma["fidelity gap 0"] == "–"
+    assert ewma["held-out avg@4 at end"] == "0.250" and ewma["wall min"] == "–"
+
+
+def test_report_refuses_a_directory_without_metrics(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no metrics.csv"):
+        cli_main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "out")])
+
+
+def test_summary_round_trip_and_finished_flag(tmp_path):
+    assert not is_finished(tmp_path)
+    write_summary(tmp_path, ["seed=1"], 12.5, {"val/avg@4": 0.25})
+    summary = read_summary(tmp_path)
+    assert is_finished(tmp_path) and summary["wall_s"] == 12.5 and summary["overrides"] == ["seed=1"]
+    assert summary["final_metrics"] == {"val/avg@4": 0.25} and "CPUs" in summary["machine"]
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+
+
+def test_a_finished_job_is_skipped_when_the_sweep_is_launched_again(tmp_path):
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    write_summary(run_dir, ["experiment=snapshot"], 1.0, {"train/task_success": 0.75})
+    result = subprocess.run(
+        [sys.executable, "-m", "lit_asyncrl.train", "skip_finished=true", f"hydra.run.dir={run_dir}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"skipped (finished before): {run_dir}" in result.stdout
+    assert not (run_dir / "metrics.csv").exists()  # nothing ran
