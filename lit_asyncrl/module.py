@@ -202,7 +202,7 @@ class AsyncRLModule(L.LightningModule):
 
     def _warn_if_reference_is_silently_current(self, ref_logprobs, logprobs, version_gap, loss_mask) -> None:
         """Peers' users ask for this: old log-probs that are really the current weights (r_s == 1)."""
-        if self._warned_silent_reference or ref_logprobs is None or self.reference.exact:
+        if self._warned_silent_reference or ref_logprobs is None or self.reference.exact or self.reference.may_equal_current:
             return
         stale = loss_mask & (version_gap > 0)  # [B, T]
         if stale.any() and torch.equal(ref_logprobs[stale], logprobs.detach()[stale]):

@@ -137,6 +137,17 @@ def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
     assert ewma["held-out avg@4 at end"] == "0.250" and ewma["wall min"] == "–"
 
 
+def test_a_sweep_directory_stands_for_its_runs_and_the_commands_are_stated(sweep, tmp_path):
+    out = tmp_path / "report"
+    with pytest.raises(SystemExit):
+        cli_main(["report", str(sweep), "--out", str(out), "--runs-command", "python -m lit_asyncrl.train -m +sweep=table2"])
+    text = (out / "report.md").read_text()
+    assert "3 runs in 2 configurations" in text
+    # the finished runs took 60 s and 180 s
+    assert "Runs: `python -m lit_asyncrl.train -m +sweep=table2`, 4 minutes of runs in all" in text
+    assert f"Report: `lit-asyncrl report {sweep} --out {out}" in text
+
+
 def test_report_refuses_a_directory_without_metrics(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="no metrics.csv"):

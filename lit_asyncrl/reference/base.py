@@ -20,6 +20,9 @@ class ReferenceSource(abc.ABC):
 
     #: True when pi_ref is the exact training-side log-prob of each token's own version.
     exact: ClassVar[bool] = False
+    #: True when pi_ref may equal the current weights by design at some steps (the module's warning
+    #: about a reference that is silently the current policy then stays quiet).
+    may_equal_current: ClassVar[bool] = False
 
     def callbacks(self) -> list[L.Callback]:
         return []

@@ -30,6 +30,9 @@ class EWMAReferenceSource(ReferenceSource):
             of the paper's values; patience = 3 is this library's choice (the paper gives none).
     """
 
+    # Right after an automatic reset the average is the live weights (r_s == 1 for that step): by design.
+    may_equal_current = True
+
     def __init__(
         self,
         beta: float | None = None,

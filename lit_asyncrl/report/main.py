@@ -1,4 +1,4 @@
-"""`lit-asyncrl report RUN_DIR [RUN_DIR ...] --out DIR`: curves.png, fidelity.png and report.md.
+"""`lit-asyncrl report RUN_OR_SWEEP_DIR [...] --out DIR`: curves.png, fidelity.png and report.md.
 
 Runs are grouped by their overrides without the seed (a Hydra multirun's job directories), so a
 sweep's part can be reported alone or several parts together; unfinished runs are included with
@@ -19,26 +19,43 @@ from lit_asyncrl.report.table import COLUMN_NOTES, results_table
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="lit-asyncrl report", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (each with metrics.csv)")
+    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (each with metrics.csv), or sweep directories holding them")
     parser.add_argument("--out", type=Path, required=True, help="directory for report.md and the PNG figures")
     parser.add_argument("--title", default="lit_asyncrl results", help="the report's heading")
     parser.add_argument("--smooth", type=int, default=10, help="moving-average window (steps) of the training curves")
+    parser.add_argument("--runs-command", default=None, help="the command that made the runs, stated in the report")
     return parser.parse_args(argv)
+
+
+def expand_run_dirs(paths: list[Path]) -> list[Path]:
+    """Run directories as given, or the run directories inside a sweep directory (e.g. results/findings/table2)."""
+    run_dirs, missing = [], []
+    for path in paths:
+        if (path / "metrics.csv").is_file():
+            run_dirs.append(path)
+            continue
+        inside = sorted(child for child in path.iterdir() if (child / "metrics.csv").is_file()) if path.is_dir() else []
+        if inside:
+            run_dirs.extend(inside)
+        else:
+            missing.append(str(path))
+    if missing:
+        raise SystemExit("not run directories or sweep directories (no metrics.csv in them): " + ", ".join(missing))
+    return run_dirs
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1, got {args.smooth}")
-    run_dirs = [path for path in args.run_dirs if path.is_dir() and not path.name.startswith(".")]
-    missing = [str(path) for path in run_dirs if not (path / "metrics.csv").is_file()]
-    if missing or not run_dirs:
-        raise SystemExit("not run directories (no metrics.csv): " + (", ".join(missing) or "none given"))
+    run_dirs = expand_run_dirs(args.run_dirs)
     groups = group_by_label([load_run(path) for path in run_dirs])
     args.out.mkdir(parents=True, exist_ok=True)
     curves = plot_curves(groups, args.out / "curves.png", args.smooth)
     fidelity = plot_fidelity(groups, args.out / "fidelity.png")
     machines = sorted({run.summary["machine"] for runs in groups.values() for run in runs if run.summary})
+    wall_s = sum(run.summary["wall_s"] for runs in groups.values() for run in runs if run.summary)
+    report_command = "lit-asyncrl report " + " ".join(str(a) for a in (argv if argv is not None else sys.argv[1:]))
     lines = [
         f"# {args.title}",
         "",
@@ -53,7 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if fidelity is not None:
         lines += ["", f"![fidelity]({fidelity.name})"]
-    lines += ["", "Machine: " + ("; ".join(machines) if machines else "not recorded (no finished run)"), ""]
+    lines += [""]
+    if args.runs_command:
+        lines += [f"Runs: `{args.runs_command}`, {wall_s / 60:.0f} minutes of runs in all (sum of the finished runs' wall times)."]
+    lines += [
+        f"Report: `{report_command}`.",
+        "",
+        "Machine: " + ("; ".join(machines) if machines else "not recorded (no finished run)"),
+        "",
+    ]
     (args.out / "report.md").write_text("\n".join(lines))
     print(args.out / "report.md")
     return 0

@@ -267,3 +267,20 @@ def test_non_finite_mu_from_the_engine_is_masked_and_counted_and_the_loss_stays_
     after = module.policy.state_dict()
     assert all(torch.isfinite(tensor).all() for tensor in after.values())
     assert any(not torch.equal(before[name], after[name]) for name in before)  # it still learned from the rest
+
+
+def test_the_silent_current_reference_warning_spares_ewma_right_after_a_reset():
+    import warnings
+
+    from lit_asyncrl.reference import AsyncRecomputeReference, EWMAReferenceSource
+
+    current = torch.full((1, 3), -1.0)
+    gap, mask = torch.tensor([[0, 1, 2]]), torch.ones(1, 3, dtype=torch.bool)
+    recompute = AsyncRLModule(loss=PPOClip(), reference=AsyncRecomputeReference())
+    with pytest.warns(UserWarning, match="r_s == 1 for every token"):
+        recompute._warn_if_reference_is_silently_current(current.clone(), current, gap, mask)
+    # An EWMA average equals the live weights by design for the step after an automatic reset.
+    ewma = AsyncRLModule(loss=PPOClip(), reference=EWMAReferenceSource(beta=0.75))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ewma._warn_if_reference_is_silently_current(current.clone(), current, gap, mask)
