@@ -8,6 +8,7 @@ what they logged and counted in the "finished" column.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     fidelity = plot_fidelity(groups, args.out / "fidelity.png")
     machines = sorted({run.summary["machine"] for runs in groups.values() for run in runs if run.summary})
     wall_s = sum(run.summary["wall_s"] for runs in groups.values() for run in runs if run.summary)
-    report_command = "lit-asyncrl report " + " ".join(str(a) for a in (argv if argv is not None else sys.argv[1:]))
+    report_command = shlex.join(["lit-asyncrl", "report", *map(str, sys.argv[1:] if argv is None else argv)])
     lines = [
         f"# {args.title}",
         "",
