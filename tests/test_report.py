@@ -122,6 +122,7 @@ def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
     snapshot = table["snapshot"]
     # avg@4 at the end: 0.5 and 0.7 -> mean 0.6, sample sd 0.1414; pass@4: 0.9 and 1.0
     assert snapshot["held-out avg@4 at end"] == "0.600 ± 0.141"
+    assert snapshot["held-out avg@4 at start"] == "0.400"  # 0.4 in both seeds: no spread
     assert snapshot["held-out pass@4 at end"] == "0.950 ± 0.071"
     # lowest masks 0.9 and 0.8; median step 1.0 and 3.0 s; wall 1 and 3 minutes
     assert snapshot["lowest train-infer mask"] == "0.850 ± 0.071"

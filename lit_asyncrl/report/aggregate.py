@@ -53,6 +53,10 @@ def final_value(key: str) -> Callable[[Run], float | None]:
     return lambda run: run.last(key)
 
 
+def first_value(key: str) -> Callable[[Run], float | None]:
+    return lambda run: run.values(key)[0] if run.values(key) else None
+
+
 def lowest_value(key: str) -> Callable[[Run], float | None]:
     return lambda run: min(run.values(key)) if run.values(key) else None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lit_asyncrl.losses.metrics import GAP_BUCKETS
-from lit_asyncrl.report.aggregate import final_value, lowest_value, mean_value, median_value, per_seed, wall_minutes
+from lit_asyncrl.report.aggregate import final_value, first_value, lowest_value, mean_value, median_value, per_seed, wall_minutes
 from lit_asyncrl.report.runs import Run
 
 
@@ -32,6 +32,7 @@ def results_table(groups: dict[str, list[Run]]) -> str:
     header = [
         "configuration",
         "seeds (finished)",
+        f"held-out {avg_key.split('/')[1] if avg_key else 'avg@k'} at start",
         f"held-out {avg_key.split('/')[1] if avg_key else 'avg@k'} at end",
         f"held-out {pass_key.split('/')[1] if pass_key else 'pass@k'} at end",
         "lowest train-infer mask",
@@ -48,6 +49,7 @@ def results_table(groups: dict[str, list[Run]]) -> str:
         cells = [
             label,
             f"{len(runs)} ({finished})",
+            _cell(per_seed(runs, first_value(avg_key))) if avg_key else "–",
             _cell(per_seed(runs, final_value(avg_key))) if avg_key else "–",
             _cell(per_seed(runs, final_value(pass_key))) if pass_key else "–",
             _cell(per_seed(runs, lowest_value("train/train_infer_mask"))),
@@ -63,7 +65,8 @@ def results_table(groups: dict[str, list[Run]]) -> str:
 
 
 COLUMN_NOTES = """Columns: mean ± sample standard deviation over seeds (no ± with one seed). *held-out* values
-are the last evaluation of each run on instances never trained on. *lowest train-infer mask* is the
+are the first (after the warm start, before any RL step) and the last evaluation of each run, on
+instances never trained on. *lowest train-infer mask* is the
 smallest fraction of policy tokens the r_d mask kept in any step. *mean abs log(pi_ref/mu)* is
 the mean over steps of |log r_d| as the loss saw it: with an exact reference, the training-inference
 discrepancy alone (the bf16 engine against the fp32 trainer); with a proxy, staleness too (– where
