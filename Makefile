@@ -36,7 +36,7 @@ train: $(STAMP)
 	$(PY) -m lit_asyncrl.train $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q --durations=25 $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun
