@@ -27,6 +27,7 @@ from typing_extensions import override
 from lit_asyncrl.gap_stats import abs_stats_by_gap, fraction_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy
 from lit_asyncrl.reference.snapshot import SnapshotReference
+from lit_asyncrl.trainer_callbacks.find import rollouts_of
 
 
 class _ShadowRetention(SnapshotRetention):
@@ -39,16 +40,37 @@ class _ShadowRetention(SnapshotRetention):
         return self._generate_state_key(role="fidelity_shadow", module_attr=self.module_attr)
 
 
-class ReferenceFidelity:
-    """Exact old log-probs beside the run's reference, and the per-gap distances to them."""
+class _BindShadow(L.Callback):
+    """Binds the shadow to the datamodule's rollout service (its staleness cap, its live versions);
+    without one (a DataModule of ready-made batches) it keeps the last `fallback_window` versions."""
 
-    def __init__(self) -> None:
+    def __init__(self, exact: SnapshotReference, fallback_window: int) -> None:
+        self.exact, self.fallback_window = exact, fallback_window
+
+    @override
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        rollouts = rollouts_of(trainer, "fidelity", required=False)
+        if rollouts is not None:
+            self.exact.bind(rollouts)
+        else:
+            self.exact.retention.set_max_staleness(self.fallback_window)
+
+
+class ReferenceFidelity:
+    """Exact old log-probs beside the run's reference, and the per-gap distances to them.
+
+    Args:
+        fallback_window: versions kept behind the newest when training without a rollout service
+            (with one, the shadow follows its staleness cap and frees versions no token refers to).
+    """
+
+    def __init__(self, fallback_window: int = 8) -> None:
         self.exact = SnapshotReference()
-        # The shadow follows the rollout service's staleness cap like any snapshot reference.
         self.exact._retention = _ShadowRetention(max_staleness=None, module_attr="policy", log_metrics=False)
+        self._binding = _BindShadow(self.exact, fallback_window)
 
     def callbacks(self) -> list[L.Callback]:
-        return self.exact.callbacks()
+        return [self._binding, self.exact.retention]
 
     def metrics(self, loss_fn: LossStrategy, inputs: LossInputs, applied_mask: torch.Tensor, batch: dict, version: int) -> dict[str, float]:
         """The `fidelity/*` metrics of one training batch.

@@ -16,7 +16,7 @@ def abs_stats_by_gap(values: torch.Tensor, tokens: torch.Tensor, version_gap: to
     if not tokens.any():
         return {}
     metrics = {f"{prefix}absmean": values[tokens].mean().item(), f"{prefix}absmax": values[tokens].max().item()}
-    bucket = version_gap.clamp(max=len(GAP_BUCKETS) - 1)  # the last bucket is gap_4plus
+    bucket = version_gap.clamp(0, len(GAP_BUCKETS) - 1)  # the last bucket is gap_4plus; a negative gap counts as 0
     for index in torch.unique(bucket[tokens]).tolist():
         selected = values[tokens & (bucket == index)]
         metrics[f"{prefix}absmean/{GAP_BUCKETS[index]}"] = selected.mean().item()
@@ -29,7 +29,7 @@ def fraction_by_gap(flags: torch.Tensor, tokens: torch.Tensor, version_gap: torc
     if not tokens.any():
         return {}
     metrics = {key: flags[tokens].float().mean().item()}
-    bucket = version_gap.clamp(max=len(GAP_BUCKETS) - 1)
+    bucket = version_gap.clamp(0, len(GAP_BUCKETS) - 1)
     for index in torch.unique(bucket[tokens]).tolist():
         metrics[f"{key}/{GAP_BUCKETS[index]}"] = flags[tokens & (bucket == index)].float().mean().item()
     return metrics

@@ -8,14 +8,21 @@ argument names. Each run logs `metrics.csv` and `training_curves.png` into its H
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import hydra
 from omegaconf import DictConfig
 
 from lit_asyncrl.config_dir import config_dir
 
 
-def run(cfg: DictConfig) -> dict[str, float]:
-    """Build the module, the datamodule and the trainer from `cfg` and fit (or validate); returns final metrics.
+class RunOutcome(NamedTuple):
+    metrics: dict[str, float]  # the trainer's final callback metrics
+    completed: bool  # a fit that reached trainer.max_steps (not stopped early), or a validation
+
+
+def run(cfg: DictConfig) -> RunOutcome:
+    """Build the module, the datamodule and the trainer from `cfg` and fit (or validate).
 
     Everything is built (and every config value checked) before any engine starts. Whatever the
     way out (success, exception, Ctrl-C, SIGTERM), the rollout service is closed before this returns.
@@ -34,7 +41,7 @@ def run(cfg: DictConfig) -> dict[str, float]:
         try:
             if stage == "validate":
                 trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt_path)
-                return {key: float(value) for key, value in trainer.callback_metrics.items()}
+                return RunOutcome(_final_metrics(trainer), completed=True)
             if ckpt_path is None:  # a resumed run already has its warmed-up weights
                 warm_start.run(
                     module.policy,
@@ -46,6 +53,11 @@ def run(cfg: DictConfig) -> dict[str, float]:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         finally:
             datamodule.rollouts.close()
+    completed = not trainer.interrupted and trainer.global_step >= trainer.max_steps
+    return RunOutcome(_final_metrics(trainer), completed)
+
+
+def _final_metrics(trainer) -> dict[str, float]:
     return {key: float(value) for key, value in trainer.callback_metrics.items()}
 
 
@@ -74,18 +86,20 @@ def main(cfg: DictConfig) -> float:
     from pathlib import Path
 
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
 
-    from lit_asyncrl.run_summary import is_finished, read_summary, write_summary
+    from lit_asyncrl.run_summary import config_fingerprint, is_finished, read_summary, write_summary
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    if cfg.get("skip_finished") and is_finished(run_dir):
-        print(f"skipped (finished before): {run_dir}")
+    fingerprint = config_fingerprint(OmegaConf.to_yaml(cfg))
+    if cfg.get("skip_finished") and is_finished(run_dir, fingerprint):
+        print(f"skipped (finished before with this config): {run_dir}")
         return read_summary(run_dir)["final_metrics"].get("train/task_success", float("nan"))
     start = time.perf_counter()
-    metrics = run(cfg)
-    if cfg.get("stage", "fit") == "fit":
-        write_summary(run_dir, list(hydra_cfg.overrides.task), time.perf_counter() - start, metrics)
+    metrics, completed = run(cfg)
+    if completed and cfg.get("stage", "fit") == "fit":
+        write_summary(run_dir, list(hydra_cfg.overrides.task), time.perf_counter() - start, metrics, fingerprint)
     # Returned for Hydra sweepers that optimise an objective.
     return metrics.get("train/task_success", float("nan"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from lit_asyncrl.cli import main as cli_main
 from lit_asyncrl.report.aggregate import seed_band, smooth
 from lit_asyncrl.report.runs import group_by_label, load_run, run_label
+from lit_asyncrl.report.table import results_table
 from lit_asyncrl.run_summary import is_finished, read_summary, write_summary
 
 
@@ -149,18 +151,53 @@ def test_a_sweep_directory_stands_for_its_runs_and_the_commands_are_stated(sweep
     assert f"Report: `lit-asyncrl report {sweep} --out {out}" in text
 
 
-def test_report_refuses_a_directory_without_metrics(tmp_path):
+def test_report_refuses_paths_without_runs(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(SystemExit, match="no metrics.csv"):
+    with pytest.raises(SystemExit, match="no run directories"):
         cli_main(["report", str(tmp_path / "empty"), "--out", str(tmp_path / "out")])
+
+
+def test_a_shell_glob_over_a_sweep_passes_over_its_other_files(sweep, tmp_path):
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    (sweep / "report").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["report", *map(str, sorted(sweep.iterdir())), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 0 and "3 runs in 2 configurations" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_runs_of_two_sweeps_with_the_same_configuration_and_seed_are_refused(sweep, tmp_path):
+    other = tmp_path / "quick"
+    write_run(
+        other / "experiment=snapshot,seed=0",
+        ["+sweep=findings_quick", "experiment=snapshot", "seed=0"],
+        training_rows([0.5], [1.0], 0.0, 1.0),
+    )
+    with pytest.raises(SystemExit, match="share a seed"):
+        cli_main(["report", str(sweep), str(other), "--out", str(tmp_path / "out")])
+
+
+def test_a_seed_cut_short_leaves_its_later_steps_to_the_others_and_the_table_to_finished_runs(tmp_path):
+    write_run(tmp_path / "s0", ["seed=0"], training_rows([0.2, 0.4, 0.6], [1.0, 1.0, 0.7], 0.0, 1.0))
+    write_run(tmp_path / "s1", ["seed=1"], training_rows([0.0, math.nan], [0.5, 0.5], 0.0, 1.0), finished=False)
+    runs = group_by_label([load_run(tmp_path / "s0"), load_run(tmp_path / "s1")])["default"]
+    steps, mean, low, high = seed_band(runs, "train/task_success")
+    # step 0: both seeds; step 1: seed 1's NaN says nothing; step 2: seed 0 alone
+    assert steps == [0, 1, 2] and mean == pytest.approx([0.1, 0.4, 0.6]) and low == pytest.approx([0.0, 0.4, 0.6])
+    table = results_table({"default": runs})
+    row = dict(zip(*[line.strip("| ").split(" | ") for line in table.splitlines() if not line.startswith("|---")], strict=True))
+    assert row["seeds (finished)"] == "2 (1)"
+    assert row["lowest train-infer mask"] == "0.700"  # the finished seed's, not the killed one's 0.5
 
 
 def test_summary_round_trip_and_finished_flag(tmp_path):
     assert not is_finished(tmp_path)
-    write_summary(tmp_path, ["seed=1"], 12.5, {"val/avg@4": 0.25})
+    (tmp_path / "summary.json.partial").write_text("{")  # a run killed while writing its summary
+    assert not is_finished(tmp_path)
+    write_summary(tmp_path, ["seed=1"], 12.5, {"val/avg@4": 0.25}, fingerprint="abc")
+    assert is_finished(tmp_path, "abc") and not is_finished(tmp_path, "edited-config")
     summary = read_summary(tmp_path)
     assert is_finished(tmp_path) and summary["wall_s"] == 12.5 and summary["overrides"] == ["seed=1"]
-    assert summary["final_metrics"] == {"val/avg@4": 0.25} and "CPUs" in summary["machine"]
+    assert summary["final_metrics"] == {"val/avg@4": 0.25} and "CPUs" in summary["machine"] and summary["config_fingerprint"] == "abc"
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
 
 
@@ -175,5 +212,5 @@ def test_a_finished_job_is_skipped_when_the_sweep_is_launched_again(tmp_path):
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert f"skipped (finished before): {run_dir}" in result.stdout
+    assert f"skipped (finished before with this config): {run_dir}" in result.stdout
     assert not (run_dir / "metrics.csv").exists()  # nothing ran

@@ -195,6 +195,11 @@ class EWMAReference(Callback):
         """``theta_prox`` by parameter name (the live tensors of the average: read, do not modify)."""
         return dict(zip(self._names, self._average))
 
+    @property
+    def holds_only_live_weights(self) -> bool:
+        """True from an attach or a reset until the next update: ``theta_prox`` is the live weights (``Z = 1``)."""
+        return self._total_weight == 1.0
+
     def attach(self, module: nn.Module) -> None:
         """Starts the average at ``module``'s current trainable weights (``Z = 1``).
 

@@ -30,9 +30,6 @@ class EWMAReferenceSource(ReferenceSource):
             of the paper's values; patience = 3 is this library's choice (the paper gives none).
     """
 
-    # Right after an automatic reset the average is the live weights (r_s == 1 for that step): by design.
-    may_equal_current = True
-
     def __init__(
         self,
         beta: float | None = None,
@@ -47,6 +44,11 @@ class EWMAReferenceSource(ReferenceSource):
         self._ewma = EWMAReference(
             beta=beta, staleness_window=None if beta is not None else staleness_window, module_attr="policy", tau=tau, patience=patience
         )
+
+    @property
+    def may_equal_current(self) -> bool:  # type: ignore[override]  # a ClassVar on the base
+        """At the step after an automatic reset (or the first step) the average is the live weights: r_s == 1 by design."""
+        return self._ewma.holds_only_live_weights
 
     def callbacks(self) -> list[L.Callback]:
         return [self._ewma]

@@ -23,23 +23,24 @@ def smooth(values: Sequence[float], window: int) -> list[float]:
 
 
 def seed_band(runs: list[Run], key: str, window: int = 1) -> tuple[list[int], list[float], list[float], list[float]]:
-    """(steps, mean, min, max) over seeds of `key`, smoothed per seed, at the steps every seed logged."""
+    """(steps, mean, min, max) over the seeds that logged `key` at each step, smoothed per seed.
+
+    A seed that stopped early (killed, still running) leaves the later steps to the others.
+    """
     per_seed: list[dict[int, float]] = []
     for run in runs:
-        points = run.series.get(key, [])
+        points = [(step, value) for step, value in run.series.get(key, []) if math.isfinite(value)]
         if points:
             steps, values = zip(*points)
             per_seed.append(dict(zip(steps, smooth(values, window))))
-    if not per_seed:
-        return [], [], [], []
-    common = sorted(set.intersection(*(set(seed) for seed in per_seed)))
-    columns = [[seed[step] for seed in per_seed] for step in common]
-    return common, [statistics.fmean(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns]
+    steps = sorted(set().union(*per_seed)) if per_seed else []
+    columns = [[seed[step] for seed in per_seed if step in seed] for step in steps]
+    return steps, [statistics.fmean(c) for c in columns], [min(c) for c in columns], [max(c) for c in columns]
 
 
 def mean_and_spread(values: Sequence[float]) -> tuple[float, float] | None:
     """(mean, sample standard deviation) of the seeds' values; spread 0 for one seed; None for none."""
-    values = [value for value in values if value is not None and not math.isnan(value)]
+    values = [value for value in values if value is not None and math.isfinite(value)]
     if not values:
         return None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)

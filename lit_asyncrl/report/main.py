@@ -29,19 +29,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def expand_run_dirs(paths: list[Path]) -> list[Path]:
-    """Run directories as given, or the run directories inside a sweep directory (e.g. results/findings/table2)."""
-    run_dirs, missing = [], []
+    """Run directories as given, or the run directories inside a sweep directory (e.g. results/findings/table2).
+
+    Files and directories without runs among the paths (a shell glob's `multirun.yaml`, an earlier
+    `report/`) are passed over; SystemExit when no run is found at all.
+    """
+    run_dirs = []
     for path in paths:
         if (path / "metrics.csv").is_file():
             run_dirs.append(path)
-            continue
-        inside = sorted(child for child in path.iterdir() if (child / "metrics.csv").is_file()) if path.is_dir() else []
-        if inside:
-            run_dirs.extend(inside)
-        else:
-            missing.append(str(path))
-    if missing:
-        raise SystemExit("not run directories or sweep directories (no metrics.csv in them): " + ", ".join(missing))
+        elif path.is_dir():
+            run_dirs.extend(sorted(child for child in path.iterdir() if (child / "metrics.csv").is_file()))
+    if not run_dirs:
+        raise SystemExit("no run directories (with metrics.csv) in or among: " + ", ".join(map(str, paths)))
     return run_dirs
 
 
@@ -51,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--smooth must be >= 1, got {args.smooth}")
     run_dirs = expand_run_dirs(args.run_dirs)
     groups = group_by_label([load_run(path) for path in run_dirs])
+    for label, runs in groups.items():
+        seeds = [run.seed for run in runs]
+        if len(set(seeds)) < len(seeds):
+            raise SystemExit(
+                f"runs of {label!r} share a seed ({', '.join(str(run.path) for run in runs)}): they come from different "
+                "sweeps (e.g. quick and table2, whose lengths differ); report each sweep on its own"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     curves = plot_curves(groups, args.out / "curves.png", args.smooth)
     fidelity = plot_fidelity(groups, args.out / "fidelity.png")

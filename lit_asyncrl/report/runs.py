@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,8 @@ class Run:
     summary: dict | None = field(default=None)  # None: the run did not finish (killed, or still running)
 
     def values(self, key: str) -> list[float]:
-        return [value for _, value in self.series.get(key, [])]
+        """The finite values of `key` in step order (a non-finite value says nothing to average)."""
+        return [value for _, value in self.series.get(key, []) if math.isfinite(value)]
 
     def last(self, key: str) -> float | None:
         values = self.values(key)

@@ -44,11 +44,13 @@ def results_table(groups: dict[str, list[Run]]) -> str:
         "wall min",
     ]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    for label, runs in groups.items():
-        finished = sum(run.summary is not None for run in runs)
+    for label, members in groups.items():
+        # Statistics over the finished runs when there are any: a run cut short has no "end".
+        finished = [run for run in members if run.summary is not None]
+        runs = finished or members
         cells = [
             label,
-            f"{len(runs)} ({finished})",
+            f"{len(members)} ({len(finished)})",
             _cell(per_seed(runs, first_value(avg_key))) if avg_key else "–",
             _cell(per_seed(runs, final_value(avg_key))) if avg_key else "–",
             _cell(per_seed(runs, final_value(pass_key))) if pass_key else "–",
@@ -64,7 +66,8 @@ def results_table(groups: dict[str, list[Run]]) -> str:
     return "\n".join(lines)
 
 
-COLUMN_NOTES = """Columns: mean ± sample standard deviation over seeds (no ± with one seed). *held-out* values
+COLUMN_NOTES = """Columns: mean ± sample standard deviation over seeds (no ± with one seed), over the finished
+runs when a configuration has any. *held-out* values
 are the first (after the warm start, before any RL step) and the last evaluation of each run, on
 instances never trained on. *lowest train-infer mask* is the
 smallest fraction of policy tokens the r_d mask kept in any step. *mean abs log(pi_ref/mu)* is

@@ -9,11 +9,21 @@ import pytest
 import torch
 
 from lit_asyncrl.fidelity import fidelity_metrics
-from lit_asyncrl.losses import DecoupledPPO, LinearProx, LinearProxTrainInfer, LogLinearProx, LossInputs, PPOClip, PPOClipTrainInfer
+from lit_asyncrl.losses import (
+    DecoupledPPO,
+    LinearProx,
+    LinearProxTrainInfer,
+    LogLinearProx,
+    LossInputs,
+    PPOClip,
+    PPOClipTrainInfer,
+    available_losses,
+    get_loss,
+)
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import AsyncRecomputeReference, SnapshotReference
 from tests.unit.lightning_helpers import RecordingLogger, make_trainer
-from tests.unit.test_training_step import FakeRollouts, ListDataModule, all_version, make_batch, own_logprobs
+from tests.unit.test_training_step import FakeRollouts, ListDataModule, PlainDataModule, all_version, make_batch, own_logprobs
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",
@@ -151,3 +161,39 @@ def test_shadow_agrees_with_an_exact_reference_at_every_gap():
     assert {"fidelity/logratio_absmax/gap_1", "fidelity/logratio_absmax/gap_2"} <= set(values)
     assert max(values.values()) <= 1e-6
     assert max(value for step in (0, 1, 2) for key, value in logger.keys_at(step).items() if "mask_disagreement" in key) == 0.0
+
+
+def test_the_shadow_also_runs_without_a_rollout_service():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClipTrainInfer(), lr=1e-3, fidelity=True)
+    mu = own_logprobs(module)
+    batches = [make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu), make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu)]
+    logger = RecordingLogger()
+    make_trainer(2, [], logger=logger).fit(module, datamodule=PlainDataModule(batches))
+    # step 1 trains version-0 tokens at version 1: mu is version 0's own log-prob, the exact pi_old
+    assert logger.keys_at(1)["fidelity/logratio_absmax/gap_1"] < 1e-6
+
+
+@pytest.mark.parametrize("name", available_losses())
+def test_every_strategy_masks_its_own_proxy_as_it_masks_in_the_loss(name):
+    # With its own proxy standing in as "exact" pi_old, a strategy's mask must be the one it applied:
+    # otherwise mask_disagreement would measure the bookkeeping, not the reference.
+    generator = torch.Generator().manual_seed(3)
+    mu = -torch.rand(4, 16, generator=generator, dtype=torch.float64) * 3
+    inputs = LossInputs(
+        logprobs=(mu + torch.randn(4, 16, generator=generator, dtype=torch.float64)).requires_grad_(),
+        behavior_logprobs=mu,
+        advantages=torch.randn(4, 1, generator=generator, dtype=torch.float64).expand(4, 16).clone(),
+        loss_mask=torch.rand(4, 16, generator=generator) < 0.8,
+        # per-token noise and a per-row offset: token-level and sequence-level masks each drop some, keep some
+        ref_logprobs=mu
+        + 0.5 * torch.randn(4, 16, generator=generator, dtype=torch.float64)
+        + torch.tensor([[-1.0], [0.0], [1.0], [0.0]], dtype=torch.float64),
+        version_gap=torch.randint(0, 4, (4, 16), generator=generator),
+    )
+    loss_fn = get_loss(name)
+    applied = loss_fn(inputs).discrepancy_mask
+    under_own_proxy = loss_fn.discrepancy_mask_under(inputs, loss_fn.proxy_logprobs(inputs))
+    if under_own_proxy is not None:
+        assert torch.equal(under_own_proxy, applied)
+        assert 0 < int(applied.sum()) < int(inputs.loss_mask.sum())  # the inputs exercise the mask both ways

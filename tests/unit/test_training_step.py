@@ -279,8 +279,14 @@ def test_the_silent_current_reference_warning_spares_ewma_right_after_a_reset():
     recompute = AsyncRLModule(loss=PPOClip(), reference=AsyncRecomputeReference())
     with pytest.warns(UserWarning, match="r_s == 1 for every token"):
         recompute._warn_if_reference_is_silently_current(current.clone(), current, gap, mask)
-    # An EWMA average equals the live weights by design for the step after an automatic reset.
-    ewma = AsyncRLModule(loss=PPOClip(), reference=EWMAReferenceSource(beta=0.75))
+    # An EWMA average equals the live weights by design from an attach or reset to the next update ...
+    reference = EWMAReferenceSource(beta=0.75)
+    ewma = AsyncRLModule(loss=PPOClip(), reference=reference)
+    reference.callbacks()[0].attach(ewma.policy)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        ewma._warn_if_reference_is_silently_current(current.clone(), current, gap, mask)
+    # ... but an average that has folded in an update and still gives the live log-probs is suspect.
+    reference.callbacks()[0].update()
+    with pytest.warns(UserWarning, match="EWMAReferenceSource gives the current weights"):
         ewma._warn_if_reference_is_silently_current(current.clone(), current, gap, mask)
