@@ -54,26 +54,13 @@ def training_rows(success: list[float], mask: list[float], fidelity_gap1: float,
 def sweep(tmp_path) -> Path:
     root = tmp_path / "table2"
     # snapshot, two seeds: held-out avg@4 ends at 0.5 and 0.7; lowest masks 0.9 and 0.8
-    write_run(
-        root / "experiment=snapshot,seed=0",
-        ["experiment=snapshot", "seed=0"],
-        [
-            *training_rows([0.1, 0.3], [0.95, 0.9], 0.0, 1.0),
-            {"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8},
-            {"step": 1, "val/avg@4": 0.5, "val/pass@4": 0.9},
-        ],
-        wall_s=60.0,
-    )
-    write_run(
-        root / "experiment=snapshot,seed=1",
-        ["experiment=snapshot", "seed=1"],
-        [
-            *training_rows([0.2, 0.4], [0.8, 0.85], 0.0, 3.0),
-            {"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8},
-            {"step": 1, "val/avg@4": 0.7, "val/pass@4": 1.0},
-        ],
-        wall_s=180.0,
-    )
+    for seed, success, mask, step_s, end_avg, end_pass, wall_s in (
+        (0, [0.1, 0.3], [0.95, 0.9], 1.0, 0.5, 0.9, 60.0),
+        (1, [0.2, 0.4], [0.8, 0.85], 3.0, 0.7, 1.0, 180.0),
+    ):
+        held_out = [{"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8}, {"step": 1, "val/avg@4": end_avg, "val/pass@4": end_pass}]
+        rows = [*training_rows(success, mask, 0.0, step_s), *held_out]
+        write_run(root / f"experiment=snapshot,seed={seed}", ["experiment=snapshot", f"seed={seed}"], rows, wall_s=wall_s)
     # EWMA, one seed that did not finish
     write_run(
         root / "experiment=ppo_ewma,reference.beta=0.9,seed=0",
