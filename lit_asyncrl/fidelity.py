@@ -66,6 +66,8 @@ class ReferenceFidelity:
 
     def __init__(self, fallback_window: int = 8) -> None:
         self.exact = SnapshotReference()
+        # Swapped in rather than a constructor argument: SnapshotReference's arguments are config
+        # keys (Hydra, Lightning CLI), and a callback object is not one.
         self.exact._retention = _ShadowRetention(max_staleness=None, module_attr="policy", log_metrics=False)
         self._binding = _BindShadow(self.exact, fallback_window)
 
