@@ -6,6 +6,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 
+from lit_asyncrl.losses.metrics import GAP_BUCKETS
 from lit_asyncrl.report.runs import Run
 
 
@@ -72,3 +73,8 @@ def median_value(key: str) -> Callable[[Run], float | None]:
 
 def wall_minutes(run: Run) -> float | None:
     return run.summary["wall_s"] / 60 if run.summary else None
+
+
+def fidelity_per_gap(runs: list[Run]) -> list[tuple[float, float] | None]:
+    """Per version-gap bucket: mean and spread over seeds of the run's mean |log pi_proxy - log pi_old|."""
+    return [per_seed(runs, mean_value(f"fidelity/logratio_absmean/{bucket}")) for bucket in GAP_BUCKETS]

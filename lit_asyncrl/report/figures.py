@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lit_asyncrl.losses.metrics import GAP_BUCKETS
-from lit_asyncrl.report.aggregate import mean_value, per_seed, seed_band
+from lit_asyncrl.report.aggregate import fidelity_per_gap, seed_band
 from lit_asyncrl.report.runs import Run
 
 #: (metric, title, y label, smoothed): the paper's curves.
@@ -80,7 +80,7 @@ def plot_fidelity(groups: dict[str, list[Run]], png_path: Path) -> Path | None:
     run measured fidelity."""
     rows = {}
     for label, runs in groups.items():
-        values = [per_seed(runs, mean_value(f"fidelity/logratio_absmean/{bucket}")) for bucket in GAP_BUCKETS]
+        values = fidelity_per_gap(runs)
         if any(value is not None for value in values):
             rows[label] = [value[0] if value is not None else 0.0 for value in values]
     if not rows:

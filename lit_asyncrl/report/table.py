@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from lit_asyncrl.losses.metrics import GAP_BUCKETS
-from lit_asyncrl.report.aggregate import final_value, first_value, lowest_value, mean_value, median_value, per_seed, wall_minutes
+from lit_asyncrl.report.aggregate import (
+    fidelity_per_gap,
+    final_value,
+    first_value,
+    lowest_value,
+    mean_value,
+    median_value,
+    per_seed,
+    wall_minutes,
+)
 from lit_asyncrl.report.runs import Run
 
 
@@ -57,7 +66,7 @@ def results_table(groups: dict[str, list[Run]]) -> str:
             _cell(per_seed(runs, lowest_value("train/train_infer_mask"))),
             _cell(per_seed(runs, mean_value("train/ref_behavior_logratio_absmean")), scientific=True),
             _cell(per_seed(runs, final_value("reference/ewma_resets")), digits=1),
-            *[_cell(per_seed(runs, mean_value(f"fidelity/logratio_absmean/{bucket}")), scientific=True) for bucket in GAP_BUCKETS],
+            *[_cell(value, scientific=True) for value in fidelity_per_gap(runs)],
             _cell(per_seed(runs, mean_value("fidelity/mask_disagreement")), digits=4),
             _cell(per_seed(runs, median_value("train/step_s")), digits=2),
             _cell(per_seed(runs, wall_minutes), digits=1),
