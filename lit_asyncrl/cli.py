@@ -29,6 +29,8 @@ class AsyncRLCLI(LightningCLI):
 
     def before_fit(self) -> None:
         self.model.reference.check_rollout_settings(self.datamodule.rollouts.max_version_gap)
+        # The engine's start (mostly its process importing) overlaps the warm start.
+        self.datamodule.rollouts.launch_early()
         if self.config[self.subcommand].get("ckpt_path") is not None:
             return  # a resumed run already has its warmed-up weights
         warm_start = self.config_init[self.subcommand]["warm_start"]

@@ -42,6 +42,8 @@ def run(cfg: DictConfig) -> RunOutcome:
             if stage == "validate":
                 trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt_path)
                 return RunOutcome(_final_metrics(trainer), completed=True)
+            # The engine's start (mostly its process importing) overlaps the warm start.
+            datamodule.rollouts.launch_early()
             if ckpt_path is None:  # a resumed run already has its warmed-up weights
                 warm_start.run(
                     module.policy,

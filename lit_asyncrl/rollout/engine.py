@@ -93,6 +93,19 @@ class VLLMEngine:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
         """Start the engine thread and wait until the engine serves requests."""
+        self.launch(initial_version)
+        self.wait_until_serving(timeout_s)
+
+    @property
+    def launched(self) -> bool:
+        return self._thread is not None
+
+    def launch(self, initial_version: int = 0) -> None:
+        """Start making the engine in the background and return at once (`wait_until_serving` waits).
+
+        The engine's own process spends most of its start importing; launched early, that overlaps
+        with work the trainer does meanwhile (the warm start).
+        """
         self.version = initial_version
         # Read by vLLM at import and by its engine process at spawn, so set before either.
         os.environ["VLLM_LOGGING_LEVEL"] = self.config.log_level.upper()
@@ -106,6 +119,9 @@ class VLLMEngine:
         self._reaper = start_reaper([self._weights_dir])
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
         self._thread.start()
+
+    def wait_until_serving(self, timeout_s: float = 300.0) -> None:
+        """Block until the launched engine serves requests; raise if its start failed."""
         if not self._started.wait(timeout_s):
             raise TimeoutError(f"vLLM engine did not start within {timeout_s} s")
         if self._startup_error is not None:
@@ -139,9 +155,14 @@ class VLLMEngine:
             # mu must be the log-prob of the distribution actually sampled (temperature applied).
             logprobs_mode="processed_logprobs",
         )
+        config = args.create_engine_config()
+        # One worker needs no process of its own: vLLM's CPU platform still picks the multiprocess
+        # executor, which spawns a second Python process beside the engine core (its imports cost
+        # about 5 s at every start, its exit 2 s at every shutdown). The engine core runs it in-process.
+        config.parallel_config.distributed_executor_backend = "uni"
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
-        self._llm = AsyncLLM.from_engine_args(args)
+        self._llm = AsyncLLM.from_vllm_config(config)
         await self._llm.update_weight_version(str(self.version))
 
     def shutdown(self, startup_timeout_s: float = 300.0) -> None:

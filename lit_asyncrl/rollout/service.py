@@ -55,6 +55,9 @@ class RolloutService(Protocol):
     def use_old_logit_worker(self) -> None:
         """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""
 
+    def launch_early(self) -> None:
+        """Begin slow set-up (the engine's start) in the background, before `start`; may do nothing."""
+
     def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
         """Load `weights` as `version` and start generating (`train=False`: evaluation only, no training rollouts)."""
 

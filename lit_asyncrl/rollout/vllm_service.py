@@ -94,6 +94,8 @@ class VLLMRolloutService:
         _check_context_holds_a_turn(env, self.episode_format, engine_config.max_model_len, seed)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
         self.engine: VLLMEngine | None = None
+        #: An engine launched by `launch_early`, taken over by `start`.
+        self._early_engine: VLLMEngine | None = None
         self.producer: RolloutProducer | None = None
         self.dedicated: DedicatedOldLogitModel | None = None
         self._use_dedicated = False
@@ -103,6 +105,16 @@ class VLLMRolloutService:
         if self.engine is not None:
             raise RuntimeError("use_old_logit_worker() must be called before start()")
         self._use_dedicated = True
+
+    def launch_early(self) -> None:
+        """Begin the engine's start now, in the background; `start` waits for it and loads its weights.
+
+        The engine's initial weights (the model folder's) never sample: `start` replaces them
+        with the trainer's before the first request, so launching before the warm start is safe.
+        """
+        if self.engine is None and self._early_engine is None:
+            self._early_engine = VLLMEngine(self.model_path, self.engine_config)
+            self._early_engine.launch()
 
     def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
         if self.engine is not None:
@@ -116,8 +128,10 @@ class VLLMRolloutService:
     def _launch(self, weights: Mapping[str, torch.Tensor], version: int, train: bool) -> None:
         """A new engine serving `weights` as `version`, and a producer on it."""
         self._weights, self._version, self._train = weights, version, train
-        self.engine = VLLMEngine(self.model_path, self.engine_config)
-        self.engine.start(initial_version=version)
+        self.engine, self._early_engine = self._early_engine or VLLMEngine(self.model_path, self.engine_config), None
+        if not self.engine.launched:
+            self.engine.launch(initial_version=version)
+        self.engine.wait_until_serving()
         if self._use_dedicated and self.dedicated is None:
             self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
             self.dedicated.start(self.engine.loop)
@@ -182,8 +196,8 @@ class VLLMRolloutService:
         self._launch(self._weights, self._version, self._train)
 
     def close(self) -> None:
-        producer, dedicated, engine = self.producer, self.dedicated, self.engine
-        self.producer = self.dedicated = self.engine = None
+        producer, dedicated, engine = self.producer, self.dedicated, self.engine or self._early_engine
+        self.producer = self.dedicated = self.engine = self._early_engine = None
         try:
             if producer is not None and engine is not None and engine.dead_reason() is None:
                 producer.stop()

@@ -70,8 +70,8 @@ class Run:
         return kids
 
     def engine_serving(self) -> bool:
-        """vLLM's engine-core process and its worker are up."""
-        return sum(b"VLLM::" in _cmdline(pid) for pid in self.track()) >= 2
+        """vLLM's engine-core process (which runs the model worker in-process) is up."""
+        return any(b"VLLM::EngineCore" in _cmdline(pid) for pid in self.track())
 
     def weights_pushed(self) -> bool:
         """The service has started: the first weight push wrote its file in the engine's temp dir."""

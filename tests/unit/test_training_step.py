@@ -42,6 +42,9 @@ class FakeRollouts:
     def use_old_logit_worker(self) -> None:
         self.calls.append(("use_old_logit_worker",))
 
+    def launch_early(self) -> None:
+        self.calls.append(("launch_early",))
+
     def start(self, weights, version, train=True):
         self.calls.append(("start", version, sorted(weights)))
 
