@@ -62,38 +62,47 @@ def test_sixteen_episodes_with_half_a_second_of_latency_overlap(tiny_model_path)
     assert batch_s <= 1.5 * float(durations.max()), (batch_s, durations.tolist())
 
 
-@pytest.mark.parametrize(
-    "env_overrides",
-    [
-        ["env=service_desk"],
-        ["env=gem", "env.env_id=game:GuessTheNumber-v0-easy", "env.instructions=compact"],
-        ["env=reasoning_gym", "env.task=basic_arithmetic"],
-    ],
-    ids=["service_desk", "gem", "reasoning_gym"],
-)
-def test_a_short_run_logs_held_out_validation(tmp_path, env_overrides):
-    run_hydra([*env_overrides, *SMALL_RUN, *VALIDATION, "rollout.max_model_len=1024", f"hydra.run.dir={tmp_path}"])
-    rows = val_rows(tmp_path)
+def run_with_validation(run_dir, env_overrides: list[str]) -> None:
+    run_hydra([*env_overrides, *SMALL_RUN, *VALIDATION, "rollout.max_model_len=1024", f"hydra.run.dir={run_dir}"])
+
+
+def assert_held_out_validation_logged(run_dir) -> None:
+    rows = val_rows(run_dir)
     # once before the first RL step (after the warm start) and after steps 2 and 4
     assert [int(row["step"]) for row in rows] == [0, 1, 3]
     for row in rows:
         assert 0.0 <= row["val/avg@4"] <= row["val/pass@4"] <= 1.0  # pass@k >= avg@k always
         assert 0.0 <= row["val/greedy_success"] <= 1.0
-    assert (tmp_path / "training_curves.png").exists()
+    assert (run_dir / "training_curves.png").exists()
 
 
-def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(tmp_path):
-    run_hydra(
-        [
-            "env=service_desk",
-            *SMALL_RUN,
-            "trainer.max_steps=2",
-            "rollout.eval_instances=4",
-            "rollout.eval_samples=4",
-            f"hydra.run.dir={tmp_path / 'fit'}",
-        ]
-    )
-    checkpoint = tmp_path / "fit" / "checkpoints" / "last.ckpt"
+@pytest.fixture(scope="module")
+def service_desk_run(tmp_path_factory):
+    """One short service-desk run with held-out validation; its last.ckpt is evaluated on its own below."""
+    run_dir = tmp_path_factory.mktemp("service_desk")
+    run_with_validation(run_dir, ["env=service_desk"])
+    return run_dir
+
+
+def test_a_short_service_desk_run_logs_held_out_validation(service_desk_run):
+    assert_held_out_validation_logged(service_desk_run)
+
+
+@pytest.mark.parametrize(
+    "env_overrides",
+    [
+        ["env=gem", "env.env_id=game:GuessTheNumber-v0-easy", "env.instructions=compact"],
+        ["env=reasoning_gym", "env.task=basic_arithmetic"],
+    ],
+    ids=["gem", "reasoning_gym"],
+)
+def test_a_short_run_logs_held_out_validation(tmp_path, env_overrides):
+    run_with_validation(tmp_path, env_overrides)
+    assert_held_out_validation_logged(tmp_path)
+
+
+def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(service_desk_run, tmp_path):
+    checkpoint = service_desk_run / "checkpoints" / "last.ckpt"
     assert checkpoint.exists()
     run_hydra(
         ["env=service_desk", "stage=validate", f"ckpt_path={checkpoint}", "rollout.eval_instances=4", f"hydra.run.dir={tmp_path / 'hydra'}"]

@@ -9,18 +9,26 @@ from tests.integration.runs import SMALL_RUN, read_rows, read_warm_start, run_co
 pytestmark = pytest.mark.engine
 
 
-def test_hydra_run_trains_logs_and_plots(tmp_path):
-    result = run_hydra(["trainer.max_steps=5", f"hydra.run.dir={tmp_path}", *SMALL_RUN])
-    rows = read_rows(tmp_path / "metrics.csv")
+@pytest.fixture(scope="module")
+def hydra_run(tmp_path_factory):
+    """A 5-step Hydra run with a periodic checkpoint every 2 steps: (run dir, its console output).
+    The resume test below continues it."""
+    run_dir = tmp_path_factory.mktemp("hydra_run")
+    result = run_hydra(["trainer.max_steps=5", "checkpoint_every=2", f"hydra.run.dir={run_dir}", *SMALL_RUN])
+    return run_dir, result.stdout + result.stderr
+
+
+def test_hydra_run_trains_logs_and_plots(hydra_run):
+    run_dir, console = hydra_run
+    rows = read_rows(run_dir / "metrics.csv")
     # A quiet console: no vLLM reload warning or loading bar per weight push, no traceback at exit.
-    console = result.stdout + result.stderr
     assert "Failed to load weights" not in console and "Loading safetensors" not in console
     assert "Traceback" not in console and "Exception ignored" not in console
     # The warm start is its own fit, logged apart; its NLL falls.
-    warm = read_warm_start(tmp_path)
+    warm = read_warm_start(run_dir)
     assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]
     assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
-    assert (tmp_path / "training_curves.png").stat().st_size > 10_000
+    assert (run_dir / "training_curves.png").stat().st_size > 10_000
     for row in rows:
         assert 0.0 <= row["train/task_success"] <= 1.0
         # Nothing is lost: every episode produced is trained, dropped with a reason, or pending.
@@ -100,18 +108,18 @@ def test_hydra_multirun_over_two_losses(tmp_path):
     assert all(len(read_rows(path)) == 2 for path in csv_paths)
 
 
-def test_resume_labels_rollouts_with_the_restored_version(tmp_path):
-    first, second = tmp_path / "first", tmp_path / "second"
-    run_hydra(["trainer.max_steps=3", "checkpoint_every=2", f"hydra.run.dir={first}", *SMALL_RUN])
+def test_resume_labels_rollouts_with_the_restored_version(hydra_run, tmp_path):
+    first, _ = hydra_run
+    second = tmp_path / "second"
     # A periodic checkpoint (every 2 steps, the latest kept) and the final state in last.ckpt.
-    assert sorted(path.name for path in (first / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=2.ckpt"]
+    assert sorted(path.name for path in (first / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=4.ckpt"]
     checkpoint = first / "checkpoints" / "last.ckpt"
     # Quoted: the checkpoint's file name contains '='.
-    run_hydra(["trainer.max_steps=5", f"ckpt_path='{checkpoint}'", f"hydra.run.dir={second}", *SMALL_RUN])
+    run_hydra(["trainer.max_steps=7", f"ckpt_path='{checkpoint}'", f"hydra.run.dir={second}", *SMALL_RUN])
     rows = read_rows(second / "metrics.csv")
-    assert [row["step"] for row in rows] == [3, 4]
+    assert [row["step"] for row in rows] == [5, 6]
     assert not (second / "warm_start").exists()  # no second warm start on resume
-    # The engine starts from the restored weights labelled version 3, never version 0: the first
+    # The engine starts from the restored weights labelled version 5, never version 0: the first
     # resumed batch is on-policy (gap 0) and pi_theta / mu is 1 up to noise.
     assert rows[0]["train/version_gap_max"] == 0
     assert abs(rows[0]["train/ratio_max"] - 1) < 1e-3 and abs(rows[0]["train/ratio_min"] - 1) < 1e-3
