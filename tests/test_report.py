@@ -201,3 +201,13 @@ def test_a_finished_job_is_skipped_when_the_sweep_is_launched_again(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"skipped (finished before with this config): {run_dir}" in result.stdout
     assert not (run_dir / "metrics.csv").exists()  # nothing ran
+
+
+def test_legend_columns_fit_the_longest_label():
+    from lit_asyncrl.report.figures import legend_columns
+
+    assert legend_columns(["snapshot", "ppo_ewma", "dedicated", "interrupt_sync"]) == 3
+    assert legend_columns(["a" * 80, "b"]) == 2  # 170 // 80
+    # four labels of 90 characters (the fig3 sweep's): one per row, none cut at the edges
+    assert legend_columns(["x" * 90] * 4) == 1
+    assert legend_columns([]) == 1

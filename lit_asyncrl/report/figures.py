@@ -36,6 +36,13 @@ def resolve_key(groups: dict[str, list[Run]], key: str) -> str | None:
     return key if key in names else None
 
 
+def legend_columns(labels: list[str], max_columns: int = 3, characters_across: int = 170) -> int:
+    """As many legend columns (up to 3) as the figure's width holds for the longest label: long
+    configuration labels (several overrides) get one column each rather than running off the edges."""
+    longest = max((len(label) for label in labels), default=1)
+    return max(1, min(len(labels), max_columns, characters_across // longest))
+
+
 def plot_curves(groups: dict[str, list[Run]], png_path: Path, window: int) -> Path:
     plt = _pyplot()
     figure, axes = plt.subplots(2, 2, figsize=(12, 8), squeeze=False)
@@ -66,10 +73,11 @@ def plot_curves(groups: dict[str, list[Run]], png_path: Path, window: int) -> Pa
             if len(runs) > 1:
                 axis.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
     handles, labels = axes.flat[0].get_legend_handles_labels()
+    columns = legend_columns(labels)
     if handles:
-        figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=9, frameon=False)
+        figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize=9, frameon=False)
     figure.suptitle("mean over seeds (line) and min..max over seeds (band)", fontsize=10)
-    figure.tight_layout(rect=(0, 0.04 + 0.025 * ((len(labels) + 2) // 3), 1, 0.97))
+    figure.tight_layout(rect=(0, 0.04 + 0.025 * -(-len(labels) // columns), 1, 0.97))
     figure.savefig(png_path, dpi=110)
     plt.close(figure)
     return png_path
