@@ -79,3 +79,39 @@ def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(head_en
     # ... and not the other one, so a tag one token off would fail the assertions above.
     assert (old_pi[cut:] - mu[cut:]).abs().max() > 1e-2
     assert (new_pi[:cut] - mu[:cut]).abs().max() > 1e-2
+
+
+def _descendants(pid: int) -> list[int]:
+    from pathlib import Path
+
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [child for child, parent in parents.items() if parent in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def test_the_engine_is_one_process_with_one_openmp_thread(head_engine):
+    # On CPU the model worker runs inside the engine-core process (no second spawned process),
+    # and that process runs one OpenMP thread: with one per core beside the trainer's own pool,
+    # generation under a training load was 5x slower.
+    import os
+    from pathlib import Path
+
+    def cmdline(pid):
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    vllm_processes = [pid for pid in _descendants(os.getpid()) if cmdline(pid).startswith(b"VLLM::")]
+    assert [cmdline(pid).split(b"\0")[0] for pid in vllm_processes] == [b"VLLM::EngineCore"]
+    environment = Path(f"/proc/{vllm_processes[0]}/environ").read_bytes().split(b"\0")
+    assert b"OMP_NUM_THREADS=1" in environment
