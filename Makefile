@@ -35,8 +35,13 @@ endif
 train: $(STAMP)
 	$(PY) -m lit_asyncrl.train $(ARGS)
 
+# Two pytest workers, one per core: an engine test spends most of its time in one process
+# (imports, the engine's start), so two of them at once use the machine. Tests that share a
+# module-scoped run or engine carry an xdist_group mark and stay on one worker. Each engine
+# reserves a fifth of the RAM for its KV cache: more workers need more memory, not just cores.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25 $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun

@@ -12,7 +12,8 @@ from lit_asyncrl.rollout.engine import EngineConfig
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 from tests.integration.runs import SMALL_RUN, run_command, run_hydra
 
-pytestmark = pytest.mark.engine
+# One xdist worker runs this module's tests: they share module-scoped runs or engines.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_agentic")]
 
 VALIDATION = ["trainer.max_steps=4", "trainer.val_check_interval=2", "rollout.eval_instances=4", "rollout.eval_samples=4"]
 

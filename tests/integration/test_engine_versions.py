@@ -11,7 +11,8 @@ from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import started_engine
 
-pytestmark = pytest.mark.engine
+# One xdist worker runs this module's tests: they share module-scoped runs or engines.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_engine_versions")]
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied_head", "untied_head"])

@@ -6,7 +6,8 @@ import pytest
 
 from tests.integration.runs import SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
 
-pytestmark = pytest.mark.engine
+# One xdist worker runs this module's tests: they share module-scoped runs or engines.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_entry_points")]
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,8 @@ from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import started_engine
 
-pytestmark = pytest.mark.engine
+# One xdist worker runs this module's tests: they share module-scoped runs or engines.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_real_model")]
 
 
 @pytest.fixture(scope="module")
