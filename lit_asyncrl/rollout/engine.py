@@ -124,10 +124,6 @@ class VLLMEngine:
         self.launch(initial_version)
         self.wait_until_serving(timeout_s)
 
-    @property
-    def launched(self) -> bool:
-        return self._thread is not None
-
     def launch(self, initial_version: int = 0) -> None:
         """Start making the engine in the background and return at once (`wait_until_serving` waits).
 

@@ -128,9 +128,11 @@ class VLLMRolloutService:
     def _launch(self, weights: Mapping[str, torch.Tensor], version: int, train: bool) -> None:
         """A new engine serving `weights` as `version`, and a producer on it."""
         self._weights, self._version, self._train = weights, version, train
-        self.engine, self._early_engine = self._early_engine or VLLMEngine(self.model_path, self.engine_config), None
-        if not self.engine.launched:
-            self.engine.launch(initial_version=version)
+        engine, self._early_engine = self._early_engine, None
+        if engine is None:  # not launched early (or a restart)
+            engine = VLLMEngine(self.model_path, self.engine_config)
+            engine.launch(initial_version=version)
+        self.engine = engine
         self.engine.wait_until_serving()
         if self._use_dedicated and self.dedicated is None:
             self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
