@@ -45,6 +45,8 @@ class RolloutDataModule(L.LightningDataModule):
         engine_restarts: how many times a dead or stalled engine is replaced by a new one serving
             the latest weights and version (its episodes in flight counted as dropped "lost")
             before the run stops instead; 0 = stop at once. Not with the dedicated old-logit worker.
+        num_engines: vLLM engines generating side by side; a new group goes to the least loaded one
+            and every version is pushed to each (see docs/scaling.md).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class RolloutDataModule(L.LightningDataModule):
         env_failure_window: int = 64,
         engine_stall_timeout_s: float = 120.0,
         engine_restarts: int = 0,
+        num_engines: int = 1,
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
@@ -117,6 +120,7 @@ class RolloutDataModule(L.LightningDataModule):
             env_failure_limit=env_failure_limit,
             env_failure_window=env_failure_window,
             engine_restarts=engine_restarts,
+            num_engines=num_engines,
         )
 
     def state_dict(self) -> dict:

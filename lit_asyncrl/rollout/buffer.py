@@ -116,11 +116,6 @@ class RolloutBuffer:
             self.produced += num_episodes
             self.dropped[reason] += num_episodes
 
-    def drop_reservations(self) -> None:
-        """Forget the room reserved by a producer that is gone (its engine died mid-group)."""
-        with self._condition:
-            self._reserved = 0
-
     def release(self, reserved: int) -> None:
         """Give back room reserved by a group that was cancelled before it finished."""
         with self._condition:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import random
 import time
+from collections.abc import Callable, Iterator
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
@@ -43,6 +45,8 @@ class RolloutProducer:
         old_logit_model: DedicatedOldLogitModel | None = None,
         env_failure_limit: float = 0.5,
         env_failure_window: int = 64,
+        group_ids: Iterator[int] | None = None,
+        admits: Callable[[], bool] | None = None,
     ) -> None:
         self.engine, self.env, self.episode_format, self.buffer = engine, env, episode_format, buffer
         self.group_size = group_size
@@ -63,7 +67,11 @@ class RolloutProducer:
         # One thread per episode that can be in flight: a slow synchronous tool holds only its own.
         self.call_env = EnvCaller(max_workers=max_concurrent_groups * group_size)
         self.rng = random.Random(seed)
-        self.next_group_id = 0
+        #: Shared by the producers of several engines (and a restarted engine's): ids never repeat.
+        self.group_ids = group_ids if group_ids is not None else itertools.count()
+        #: Asked before each new group: with several engines, only the least loaded starts it.
+        self.admits = admits if admits is not None else lambda: True
+        self.groups_started = 0
         self.policy_tokens = 0
         self.started_at = time.monotonic()
         self._in_flight: set[asyncio.Task] = set()
@@ -122,13 +130,14 @@ class RolloutProducer:
                 if self.engine.version != version:
                     started_for_version, version = 0, self.engine.version
                 sync_quota_used = self.groups_per_version is not None and started_for_version >= self.groups_per_version
-                if sync_quota_used or len(self._in_flight) >= self.max_concurrent_groups or not self.buffer.try_reserve(self.group_size):
+                full = len(self._in_flight) >= self.max_concurrent_groups
+                if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.group_size):
                     await asyncio.sleep(0.005)
                     continue
-                task = asyncio.ensure_future(self._play_group(self.next_group_id))
+                task = asyncio.ensure_future(self._play_group(next(self.group_ids)))
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
-                self.next_group_id += 1
+                self.groups_started += 1
                 started_for_version += 1
         except asyncio.CancelledError:
             raise

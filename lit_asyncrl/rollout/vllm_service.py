@@ -1,8 +1,10 @@
-"""`RolloutService` on one in-process vLLM engine: engine, producer, buffer, dedicated worker."""
+"""`RolloutService` on in-process vLLM engines: engines, their producers, one buffer, dedicated worker."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import itertools
 import random
 import time
 import warnings
@@ -22,34 +24,41 @@ from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_format_for
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate
+from lit_asyncrl.rollout.routing import LeastLoadedRouter
 from lit_asyncrl.rollout.service import RolloutServiceError, ScoreFn
 from lit_asyncrl.text import pad_token_id
 
 
 class VLLMRolloutService:
-    """Generation on a background vLLM `AsyncLLM` in this process (see `RolloutService`).
+    """Generation on `num_engines` background vLLM `AsyncLLM`s in this process (see `RolloutService`).
+
+    Each engine has its own producer; all producers fill one shared buffer, so accounting and the
+    staleness cap are global. A new group starts on the least loaded engine (`LeastLoadedRouter`)
+    and stays there. Every published version is pushed to every engine; each token carries the
+    version of the engine that sampled it, so per-token versions stay exact across engines.
 
     Nothing expensive happens before `start`: the constructor only checks its arguments and loads
-    the tokenizer. `close` stops the producer, the dedicated worker and the engine (its process,
-    thread and temp dir) in that order, whatever state they are in.
+    the tokenizer. `close` stops the producers, the dedicated worker and the engines (their
+    processes, threads and temp dirs) in that order, whatever state they are in.
 
     Args:
-        model_path: a local Hugging Face model folder the engine serves.
+        model_path: a local Hugging Face model folder the engines serve.
         env: the task; episodes of one instance form a group of `group_size` (GRPO advantages).
         groups_per_batch: groups per training batch (B = groups_per_batch * group_size episodes).
         max_version_gap: groups with a token more than this many versions behind are dropped.
-        buffer_capacity: most episodes pending or being generated; the engine waits beyond it.
-        max_concurrent_groups: groups generated at once.
+        buffer_capacity: most episodes pending or being generated; the engines wait beyond it.
+        max_concurrent_groups: groups generated at once, over all engines.
         mode: "async" (generation never waits for training) or "sync" (one batch per version).
-        weight_sync_every: push weights to the engine every this many versions.
+        weight_sync_every: push weights to the engines every this many versions.
         temperature, top_k: sampling; the trainer scores with the same values (they ride in the batch).
-        engine_config: the vLLM engine's settings.
+        engine_config: the vLLM engines' settings.
         seed: task instances are drawn from this seed.
         liveness_poll_s: how often a waiting `next_batch` checks that every part is alive.
         env_failure_limit, env_failure_window: the run stops when more than this share of the last
             `env_failure_window` episodes failed in the environment (raised, malformed answer, timeout).
         engine_restarts: how many times a dead (or stalled) engine is replaced by a new one serving
             the latest published weights and version before the run stops; 0 = stop at once.
+        num_engines: vLLM engines generating side by side (each a process with its own weights).
     """
 
     def __init__(
@@ -72,15 +81,19 @@ class VLLMRolloutService:
         env_failure_limit: float = 0.5,
         env_failure_window: int = 64,
         engine_restarts: int = 0,
+        num_engines: int = 1,
     ) -> None:
         from transformers import AutoTokenizer
 
+        if isinstance(num_engines, bool) or not isinstance(num_engines, int) or num_engines < 1:
+            raise ValueError(f"rollout.num_engines must be an integer >= 1, got {num_engines!r}")
         self.model_path, self.env = str(model_path), env
         self.group_size, self.groups_per_batch = group_size, groups_per_batch
         self.max_version_gap, self.weight_sync_every = max_version_gap, weight_sync_every
         self.max_concurrent_groups, self.mode = max_concurrent_groups, mode
         self.temperature, self.top_k = temperature, top_k
         self.engine_config, self.seed = engine_config, seed
+        self.num_engines = num_engines
         self.liveness_poll_s = liveness_poll_s
         self.env_failure_limit, self.env_failure_window = env_failure_limit, env_failure_window
         self.max_engine_restarts, self.engine_restarts = engine_restarts, 0
@@ -93,88 +106,113 @@ class VLLMRolloutService:
         _check_tokenizer_fits_model(self.model_path, self.tokenizer)
         _check_context_holds_a_turn(env, self.episode_format, engine_config.max_model_len, seed)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
-        self.engine: VLLMEngine | None = None
-        #: An engine launched by `launch_early`, taken over by `start`.
-        self._early_engine: VLLMEngine | None = None
-        self.producer: RolloutProducer | None = None
+        #: One engine and one producer per lane (None before `start` and after `close`).
+        self.engines: list[VLLMEngine | None] = [None] * num_engines
+        self.producers: list[RolloutProducer | None] = [None] * num_engines
+        #: Engines launched by `launch_early`, taken over by `start`.
+        self._early_engines: list[VLLMEngine | None] = [None] * num_engines
+        self._group_ids = itertools.count()
+        self.router = LeastLoadedRouter()
         self.dedicated: DedicatedOldLogitModel | None = None
         self._use_dedicated = False
 
+    @property
+    def engine(self) -> VLLMEngine | None:
+        """The first engine (the only one with `num_engines=1`)."""
+        return self.engines[0]
+
+    @property
+    def started(self) -> bool:
+        return any(engine is not None for engine in self.engines)
+
     # -- lifecycle --------------------------------------------------------------------------
     def use_old_logit_worker(self) -> None:
-        if self.engine is not None:
+        if self.started:
             raise RuntimeError("use_old_logit_worker() must be called before start()")
+        if self.num_engines != 1:
+            # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
+            raise ValueError(f"reference=dedicated runs with rollout.num_engines=1, got {self.num_engines}")
         self._use_dedicated = True
 
     def launch_early(self) -> None:
-        """Begin the engine's start now, in the background; `start` waits for it and loads its weights.
+        """Begin the engines' start now, in the background; `start` waits for them and loads their weights.
 
-        The engine's initial weights (the model folder's) never sample: `start` replaces them
+        An engine's initial weights (the model folder's) never sample: `start` replaces them
         with the trainer's before the first request, so launching before the warm start is safe.
         """
-        if self.engine is None and self._early_engine is None:
-            self._early_engine = VLLMEngine(self.model_path, self.engine_config)
-            self._early_engine.launch()
+        for lane in range(self.num_engines):
+            if self.engines[lane] is None and self._early_engines[lane] is None:
+                self._early_engines[lane] = self._new_engine(initial_version=0)
+
+    def _new_engine(self, initial_version: int) -> VLLMEngine:
+        engine = VLLMEngine(self.model_path, self.engine_config)
+        engine.launch(initial_version=initial_version)
+        return engine
 
     def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
-        if self.engine is not None:
+        if self.started:
             raise RuntimeError("the rollout service is already started")
+        self._weights, self._version, self._train = weights, version, train
         try:
-            self._launch(weights, version, train)
+            # Every engine launched before any is waited for: their starts overlap.
+            self.launch_early()
+            for lane in range(self.num_engines):
+                self._launch(lane)
         except BaseException:
             self.close()
             raise
 
-    def _launch(self, weights: Mapping[str, torch.Tensor], version: int, train: bool) -> None:
-        """A new engine serving `weights` as `version`, and a producer on it."""
-        self._weights, self._version, self._train = weights, version, train
-        engine, self._early_engine = self._early_engine, None
-        if engine is None:  # not launched early (or a restart)
-            engine = VLLMEngine(self.model_path, self.engine_config)
-            engine.launch(initial_version=version)
-        self.engine = engine
-        self.engine.wait_until_serving()
+    def _launch(self, lane: int) -> None:
+        """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
+        engine, self._early_engines[lane] = self._early_engines[lane], None
+        if engine is None:  # a restart
+            engine = self._new_engine(initial_version=self._version)
+        self.engines[lane] = engine
+        engine.wait_until_serving()
         if self._use_dedicated and self.dedicated is None:
             self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
-            self.dedicated.start(self.engine.loop)
-            self.dedicated.send_weights(weights, version)
-        self.engine.push_weights(weights, version)
-        self.buffer.set_trainer_version(version)
-        previous = self.producer
-        self.producer = RolloutProducer(
-            self.engine,
+            self.dedicated.start(engine.loop)
+            self.dedicated.send_weights(self._weights, self._version)
+        engine.push_weights(self._weights, self._version)
+        self.buffer.set_trainer_version(self._version)
+        previous = self.producers[lane]
+        producer = RolloutProducer(
+            engine,
             self.env,
             self.episode_format,
             self.buffer,
             group_size=self.group_size,
-            max_concurrent_groups=self.max_concurrent_groups,
+            max_concurrent_groups=_share(self.max_concurrent_groups, lane, self.num_engines, minimum=1),
             temperature=self.temperature,
             top_k=self.top_k,
             max_context=self.engine_config.max_model_len,
-            # After a restart: other instances than the first engine's, group ids that go on.
-            seed=self.seed + 1_000_003 * self.engine_restarts,
-            groups_per_version=self.groups_per_batch if self.mode == "sync" else None,
+            # Each lane, and each restart, draws other instances than the first engine's.
+            seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane,
+            groups_per_version=_share(self.groups_per_batch, lane, self.num_engines) if self.mode == "sync" else None,
             old_logit_model=self.dedicated,
             env_failure_limit=self.env_failure_limit,
             env_failure_window=self.env_failure_window,
+            group_ids=self._group_ids,
+            admits=lambda: self.router.admits(lane),
         )
         if previous is not None:
-            self.producer.next_group_id = previous.next_group_id
-            self.producer.carry_counts_from(previous)
-        if train:
-            self.producer.start()
+            producer.carry_counts_from(previous)
+        self.producers[lane] = producer
+        self.router.register(lane, lambda: producer.in_flight_groups)
+        if self._train:
+            producer.start()
 
     def _may_restart(self) -> bool:
         # Not with the dedicated worker: it is tied to the dead engine's loop.
         return self.engine_restarts < self.max_engine_restarts and self.dedicated is None
 
-    def _restart_engine(self, reason: str) -> None:
+    def _restart_engine(self, lane: int, reason: str) -> None:
         """Replace a dead engine with a new one serving the latest published weights and version.
 
         The episodes it was generating are lost: counted as produced and dropped ("lost"), so the
         accounting holds, and generated again by the new engine's producer.
         """
-        engine, producer = self.engine, self.producer
+        engine, producer = self.engines[lane], self.producers[lane]
         lost = len(producer.active) if producer is not None else 0
         try:
             if producer is not None and engine is not None and engine.loop.is_running():
@@ -186,32 +224,44 @@ class VLLMRolloutService:
         finally:
             if engine is not None:
                 engine.shutdown()
-        self.buffer.drop_reservations()
+        # Its groups' reservations go back (a stopped producer's cancelled groups gave theirs back
+        # themselves; a dead loop's never ran to do so); the other engines' groups keep theirs.
+        self.buffer.release(producer.in_flight_groups * self.group_size if producer is not None else 0)
         self.buffer.drop_produced(lost, "lost")
         self.engine_restarts += 1
         warnings.warn(
-            f"the vLLM engine died ({reason}); restarting it with the weights of version {self._version} "
+            f"the vLLM engine{self._engine_name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
             f"(restart {self.engine_restarts} of data.engine_restarts={self.max_engine_restarts}; {lost} episodes in flight lost)",
             stacklevel=2,
         )
-        self.engine = None
-        self._launch(self._weights, self._version, self._train)
+        self.engines[lane] = None
+        self._launch(lane)
 
     def close(self) -> None:
-        producer, dedicated, engine = self.producer, self.dedicated, self.engine or self._early_engine
-        self.producer = self.dedicated = self.engine = self._early_engine = None
+        producers, dedicated = self.producers, self.dedicated
+        engines = [engine or early for engine, early in zip(self.engines, self._early_engines)]
+        self.producers = [None] * self.num_engines
+        self.engines = [None] * self.num_engines
+        self._early_engines = [None] * self.num_engines
+        self.dedicated = None
         try:
-            if producer is not None and engine is not None and engine.dead_reason() is None:
-                producer.stop()
-            elif producer is not None:
-                producer.call_env.close()
+            for producer, engine in zip(producers, engines):
+                try:
+                    if producer is not None and engine is not None and engine.dead_reason() is None:
+                        producer.stop()
+                    elif producer is not None:
+                        producer.call_env.close()
+                except Exception:  # the engines are shut down below anyway
+                    if producer is not None:
+                        producer.call_env.close()
         finally:
             try:
                 if dedicated is not None:
                     dedicated.stop()
             finally:
-                if engine is not None:
-                    engine.shutdown()
+                for engine in engines:
+                    if engine is not None:
+                        engine.shutdown()
 
     # -- batches ----------------------------------------------------------------------------
     def next_batch(self, timeout_s: float) -> dict:
@@ -234,29 +284,60 @@ class VLLMRolloutService:
 
     def _restart_or_raise_if_dead(self) -> None:
         """A dead engine is replaced while `data.engine_restarts` allows; any other failure is raised."""
-        reason = self.engine.dead_reason() if self.engine is not None else None
-        if reason is not None and self._may_restart():
-            self._restart_engine(reason)
+        for lane, engine in enumerate(self.engines):
+            reason = engine.dead_reason() if engine is not None else None
+            if reason is not None and self._may_restart():
+                self._restart_engine(lane, reason)
         self._raise_if_dead()
 
     def _raise_if_dead(self) -> None:
         """Name the part that died, within one liveness poll of its death."""
-        if self.engine is None:
+        if not self.started:
             raise RolloutServiceError("the rollout service is not started (or already closed)")
-        # The engine first: when it dies, the producer's error is only its echo.
-        reason = self.engine.dead_reason()
-        if reason is not None:
-            raise RolloutServiceError(f"the vLLM engine died: {reason}")
-        if self.producer is not None and self.producer.error is not None:
-            raise RolloutServiceError(f"rollout generation failed: {self.producer.error!r}") from self.producer.error
+        # The engines first: when one dies, its producer's error is only its echo.
+        for lane, engine in enumerate(self.engines):
+            reason = engine.dead_reason() if engine is not None else None
+            if reason is not None:
+                raise RolloutServiceError(f"the vLLM engine{self._engine_name(lane)} died: {reason}")
+        for producer in self.producers:
+            if producer is not None and producer.error is not None:
+                raise RolloutServiceError(f"rollout generation failed: {producer.error!r}") from producer.error
         reason = self.dedicated.dead_reason() if self.dedicated is not None else None
         if reason is not None:
             raise RolloutServiceError(reason)
 
+    def _engine_name(self, lane: int) -> str:
+        return f" {lane}" if self.num_engines > 1 else ""
+
     # -- held-out evaluation ------------------------------------------------------------------
     def evaluate(self, instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
-        engine = self._engine()
+        engines = self._engines()
         self._raise_if_dead()
+        # Instances dealt round-robin over the engines, which play their shares at the same time.
+        shares = [list(range(lane, len(instances), len(engines))) for lane in range(len(engines))]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="held-out") as pool:
+            futures = [
+                pool.submit(self._evaluate_on, engine, [instances[i] for i in share], share, samples, timeout_s)
+                for engine, share in zip(engines, shares)
+            ]
+            rows: dict[int, list[Trajectory]] = {}
+            for share, future in zip(shares, futures):
+                rows.update(zip(share, future.result()))
+        ordered = [rows[index] for index in range(len(instances))]
+        return {
+            "success": torch.tensor([[float(t.success) for t in row[:samples]] for row in ordered]),
+            "rewards": torch.tensor([[t.reward for t in row[:samples]] for row in ordered]),
+            "greedy_success": torch.tensor([float(row[samples].success) for row in ordered]),
+        }
+
+    def _evaluate_on(
+        self, engine: VLLMEngine, instances: list[Any], indices: list[int], samples: int, timeout_s: float
+    ) -> list[list[Trajectory]]:
+        """`samples` sampled and one greedy episode of each instance on `engine`; one row per instance.
+
+        Episode seeds come from each instance's index in the whole held-out set, so the result does
+        not depend on how many engines share the evaluation.
+        """
         # Its own thread pool: evaluation's synchronous tools never queue behind training episodes.
         call_env = EnvCaller(max_workers=max(1, min(64, len(instances) * (samples + 1))))
         sampled = {"temperature": self.temperature, "top_k": self.top_k}
@@ -279,7 +360,7 @@ class VLLMRolloutService:
 
         async def play_all() -> list[Trajectory]:
             plays = []
-            for index, instance in enumerate(instances):
+            for index, instance in zip(indices, instances):
                 plays += [play(instance, index * (samples + 1) + j, sampled) for j in range(samples)]
                 plays.append(play(instance, index * (samples + 1) + samples, greedy))
             return await asyncio.gather(*plays)
@@ -294,97 +375,117 @@ class VLLMRolloutService:
             raise RolloutServiceError(str(error)) from error
         finally:
             call_env.close()
-        rows = [played[index * (samples + 1) : (index + 1) * (samples + 1)] for index in range(len(instances))]
-        return {
-            "success": torch.tensor([[float(t.success) for t in row[:samples]] for row in rows]),
-            "rewards": torch.tensor([[t.reward for t in row[:samples]] for row in rows]),
-            "greedy_success": torch.tensor([float(row[samples].success) for row in rows]),
-        }
+        return [played[row * (samples + 1) : (row + 1) * (samples + 1)] for row in range(len(instances))]
 
     # -- weights ----------------------------------------------------------------------------
     def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         self.buffer.set_trainer_version(version)
         if version % self.weight_sync_every != 0:
             return {}
-        engine = self._engine()
+        engines = self._engines()
         if self.dedicated is not None:
             # While paused, hand the worker every token of the outgoing version still unscored
             # (partial turns included); the worker scores them before it loads `version`.
+            engine = engines[0]
             engine.pause()
 
             async def submit_outgoing() -> None:
-                self.dedicated.submit(self._unfinished_trajectories())
+                self.dedicated.submit(self._unfinished_trajectories(0))
 
             engine.run(submit_outgoing())
             self.dedicated.send_weights(weights, version)
         self._weights, self._version = weights, version
-        try:
-            return engine.push_weights(weights, version)
-        except EngineDeadError as error:
-            if self._may_restart():
-                self._restart_engine(str(error))  # the new engine starts with these weights
-                return {}
-            raise RolloutServiceError(str(error)) from error
+        timings = {"write_s": 0.0, "pause_s": 0.0}
+        for lane, engine in enumerate(engines):
+            try:
+                pushed = engine.push_weights(weights, version)
+            except EngineDeadError as error:
+                if not self._may_restart():
+                    raise RolloutServiceError(f"the vLLM engine{self._engine_name(lane)}: {error}") from error
+                self._restart_engine(lane, str(error))  # the new engine starts with these weights
+                continue
+            # Engines are pushed one after another; each stands still only for its own push.
+            timings["write_s"] += pushed["write_s"]
+            timings["pause_s"] = max(timings["pause_s"], pushed["pause_s"])
+        return timings
 
     def live_versions(self) -> list[int]:
-        engine_version = self.engine.version if self.engine is not None else 0
-        newest = max(self.buffer.trainer_version, engine_version)
-        in_flight = self.producer.oldest_in_flight_version if self.producer is not None else None
-        candidates = [v for v in (self.buffer.oldest_pending_version(), in_flight) if v is not None]
+        engine_versions = [engine.version for engine in self.engines if engine is not None]
+        newest = max([self.buffer.trainer_version, *engine_versions])
+        in_flight = [p.oldest_in_flight_version for p in self.producers if p is not None]
+        candidates = [v for v in (self.buffer.oldest_pending_version(), *in_flight) if v is not None]
         return list(range(min(candidates, default=newest), newest + 1))
 
     # -- interruption-sync -----------------------------------------------------------------
     def pause(self) -> None:
-        self._engine().pause()
+        for engine in self._engines():
+            engine.pause()
 
     def resume(self) -> None:
-        if self.engine is not None and self.engine.dead_reason() is None:
-            self.engine.resume()
+        for engine in self.engines:
+            if engine is not None and engine.dead_reason() is None:
+                engine.resume()
 
     def score_unscored(self, score_fn: ScoreFn, version: int) -> int:
-        """Collection and attachment run on the engine loop, which owns the trajectories; the
-        forward runs on the caller's thread, with the caller's weights."""
-        engine = self._engine()
+        """Collection and attachment run on each engine's loop, which owns its trajectories (the
+        pending ones go with the first engine); the forward runs on the caller's thread, with the
+        caller's weights."""
+        scored = 0
+        for lane, engine in enumerate(self._engines()):
 
-        async def collect():
-            return collect_unscored(self._unfinished_trajectories())
+            async def collect(lane: int = lane):
+                return collect_unscored(self._unfinished_trajectories(lane))
 
-        requests = engine.run(collect())
-        scores = score_requests(score_fn, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
+            requests = engine.run(collect())
+            scores = score_requests(score_fn, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
 
-        async def write_back():
-            return attach(requests, scores, version)
+            async def write_back(requests=requests, scores=scores):
+                return attach(requests, scores, version)
 
-        return engine.run(write_back())
+            scored += engine.run(write_back())
+        return scored
 
-    def _unfinished_trajectories(self) -> list[Trajectory]:
-        active = list(self.producer.active) if self.producer is not None else []
-        return self.buffer.pending_trajectories() + active
+    def _unfinished_trajectories(self, lane: int) -> list[Trajectory]:
+        """Lane `lane`'s episodes being generated; lane 0 also takes the buffer's pending ones."""
+        producer = self.producers[lane]
+        active = list(producer.active) if producer is not None else []
+        return (self.buffer.pending_trajectories() if lane == 0 else []) + active
 
-    def _engine(self) -> VLLMEngine:
-        if self.engine is None:
+    def _engines(self) -> list[VLLMEngine]:
+        if not self.started:
             raise RolloutServiceError("the rollout service is not started (or already closed)")
-        return self.engine
+        return [engine for engine in self.engines if engine is not None]
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        producer = self.producer
+        producers = [producer for producer in self.producers if producer is not None]
         stats = {f"rollout/{key}": float(value) for key, value in self.buffer.counts().items()}
         stats["rollout/queue_depth"] = stats["rollout/pending"]
-        stats["rollout/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
-        stats["rollout/tokens_per_s"] = float(producer.tokens_per_s if producer else 0.0)
-        stats["rollout/engine_version"] = float(self.engine.version if self.engine else -1)
-        stats["rollout/timed_out_episodes"] = float(producer.timed_out_episodes if producer else 0)
-        if producer is not None:
-            stats["rollout/env_failures"] = float(sum(producer.env_failures.values()))
-            stats["rollout/env_failure_rate"] = sum(producer.recent_failures) / max(len(producer.recent_failures), 1)
+        stats["rollout/in_flight_groups"] = float(sum(p.in_flight_groups for p in producers))
+        stats["rollout/tokens_per_s"] = float(sum(p.tokens_per_s for p in producers))
+        stats["rollout/engine_version"] = float(min((e.version for e in self.engines if e is not None), default=-1))
+        stats["rollout/timed_out_episodes"] = float(sum(p.timed_out_episodes for p in producers))
+        if producers:
+            stats["rollout/env_failures"] = float(sum(sum(p.env_failures.values()) for p in producers))
+            recent = [failed for p in producers for failed in p.recent_failures]
+            stats["rollout/env_failure_rate"] = sum(recent) / max(len(recent), 1)
         stats["rollout/engine_restarts"] = float(self.engine_restarts)
+        if self.num_engines > 1:
+            for lane, producer in enumerate(self.producers):
+                stats[f"rollout/engine_{lane}/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
+                stats[f"rollout/engine_{lane}/groups_started"] = float(producer.groups_started if producer else 0)
         if self.dedicated is not None:
+            producer = self.producers[0]
             stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
             stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)
             stats["dedicated/score_s"] = self.dedicated.score_seconds
             stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
         return stats
+
+
+def _share(total: int, lane: int, lanes: int, minimum: int = 0) -> int:
+    """Lane `lane`'s part of `total` dealt over `lanes` (the first lanes take the remainder)."""
+    return max(minimum, total // lanes + (1 if lane < total % lanes else 0))
 
 
 def _check_tokenizer_fits_model(model_path: str, tokenizer: Any) -> None:
