@@ -11,10 +11,11 @@ import sys
 
 from lightning.pytorch.cli import LightningCLI
 
+from lit_asyncrl.before_fit import check_settings, launch_and_warm_start
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
 from lit_asyncrl.module import AsyncRLModule
-from lit_asyncrl.warm_start import WarmStart, load_tokenizer
+from lit_asyncrl.warm_start import WarmStart
 
 
 class AsyncRLCLI(LightningCLI):
@@ -28,20 +29,10 @@ class AsyncRLCLI(LightningCLI):
         parser.add_class_arguments(WarmStart, "warm_start")
 
     def before_fit(self) -> None:
-        self.model.reference.check_rollout_settings(self.datamodule.rollouts.max_version_gap)
-        # The engine's start (mostly its process importing) overlaps the warm start.
-        self.datamodule.rollouts.launch_early()
-        if self.config[self.subcommand].get("ckpt_path") is not None:
-            return  # a resumed run already has its warmed-up weights
+        check_settings(self.model, self.datamodule, self.trainer)
+        resumed = self.config[self.subcommand].get("ckpt_path") is not None
         warm_start = self.config_init[self.subcommand]["warm_start"]
-        datamodule = self.datamodule
-        warm_start.run(
-            self.model.policy,
-            datamodule.env,
-            load_tokenizer(datamodule.model_path),
-            log_dir=self.trainer.log_dir,
-            accelerator=self.trainer.accelerator,
-        )
+        launch_and_warm_start(self.model, self.datamodule, warm_start, self.trainer, resumed)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.models import resolve_model_path
+from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine import EngineConfig
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
@@ -122,6 +123,14 @@ class RolloutDataModule(L.LightningDataModule):
             engine_restarts=engine_restarts,
             num_engines=num_engines,
         )
+
+    def setup(self, stage: str) -> None:
+        # Under DDP every rank reaches the one service through rank 0 (before the callbacks'
+        # setup, which looks the service up here).
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1 and not isinstance(self.rollouts, RankZeroRollouts):
+            check_batch_splits(self.rollouts.groups_per_batch, trainer.world_size)
+            self.rollouts = RankZeroRollouts(self.rollouts, rank=trainer.global_rank, world_size=trainer.world_size)
 
     def state_dict(self) -> dict:
         # Saved in every checkpoint: produced = trained + dropped + pending holds across a resume.

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import time
-import warnings
 from collections.abc import Iterator
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torchmetrics import MeanMetric
 
 from lit_asyncrl.eval_metrics import AvgAtK, PassAtK
 from lit_asyncrl.fidelity import ReferenceFidelity
 from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
+from lit_asyncrl.losses.aggregation import global_batch_scale
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
@@ -118,14 +120,28 @@ class AsyncRLModule(L.LightningModule):
             version_gap=version_gap,
         )
         out = self.loss_fn(inputs)
+        valid = out.valid if out.valid is not None else loss_mask
+        policy_loss = out.loss * self._global_batch_scale(valid, self.loss_fn.aggregation)
         fidelity = (
             {} if self.fidelity is None else self.fidelity.metrics(self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step)
         )
         entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
-        loss = out.loss - self.hparams.entropy_coef * entropy
+        entropy_bonus = self.hparams.entropy_coef * entropy
+        if self.hparams.entropy_coef:
+            entropy_bonus = entropy_bonus * self._global_batch_scale(loss_mask, "token_mean")
+        loss = policy_loss - entropy_bonus
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
         self._log_step(batch, out.metrics, fidelity, version_gap, entropy, loss, ref_logprobs, step_s)
         return loss
+
+    def _global_batch_scale(self, valid: torch.Tensor, aggregation: str) -> torch.Tensor | float:
+        """Under DDP, makes this rank's term, aggregated with `aggregation` over `valid`, its share
+        of the term over the global batch (see `global_batch_scale`); 1 in a single process."""
+        trainer = self._trainer
+        if trainer is None or trainer.world_size == 1:
+            return 1.0
+        reduce = functools.partial(trainer.strategy.reduce, reduce_op="sum")
+        return global_batch_scale(valid, aggregation, trainer.world_size, reduce).to(valid.device)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         """Held-out episodes played by the data side (`success` [N, n], `greedy_success` [N], `k`)."""
@@ -207,12 +223,12 @@ class AsyncRLModule(L.LightningModule):
         stale = loss_mask & (version_gap > 0)  # [B, T]
         if stale.any() and torch.equal(ref_logprobs[stale], logprobs.detach()[stale]):
             self._warned_silent_reference = True
-            warnings.warn(
+            rank_zero_warn(  # once per run, not once per DDP process
                 f"the reference {type(self.reference).__name__} gives the current weights' log-probs for stale tokens "
                 "(r_s == 1 for every token with a version gap > 0): the PPO clip is a no-op and r_d absorbs the "
                 "staleness. Use reference=snapshot, dedicated or interrupt_sync for exact pi_old, or ewma for a "
                 "cheap proxy.",
-                stacklevel=2,
+                stacklevel=3,
             )
 
 

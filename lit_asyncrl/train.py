@@ -19,6 +19,7 @@ from lit_asyncrl.config_dir import config_dir
 class RunOutcome(NamedTuple):
     metrics: dict[str, float]  # the trainer's final callback metrics
     completed: bool  # a fit that reached trainer.max_steps (not stopped early), or a validation
+    global_zero: bool  # this process is rank 0 (the one that writes the run's files under DDP)
 
 
 def run(cfg: DictConfig) -> RunOutcome:
@@ -29,8 +30,8 @@ def run(cfg: DictConfig) -> RunOutcome:
     """
     import lightning as L
 
+    from lit_asyncrl.before_fit import launch_and_warm_start
     from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
-    from lit_asyncrl.warm_start import load_tokenizer
 
     quiet_known_warnings()
     stage = cfg.get("stage", "fit")
@@ -41,22 +42,13 @@ def run(cfg: DictConfig) -> RunOutcome:
         try:
             if stage == "validate":
                 trainer.validate(module, datamodule=datamodule, ckpt_path=ckpt_path)
-                return RunOutcome(_final_metrics(trainer), completed=True)
-            # The engine's start (mostly its process importing) overlaps the warm start.
-            datamodule.rollouts.launch_early()
-            if ckpt_path is None:  # a resumed run already has its warmed-up weights
-                warm_start.run(
-                    module.policy,
-                    datamodule.env,
-                    load_tokenizer(datamodule.model_path),
-                    log_dir=trainer.log_dir,
-                    accelerator=trainer.accelerator,
-                )
+                return RunOutcome(_final_metrics(trainer), completed=True, global_zero=trainer.is_global_zero)
+            launch_and_warm_start(module, datamodule, warm_start, trainer, resumed=ckpt_path is not None)
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         finally:
             datamodule.rollouts.close()
     completed = not trainer.interrupted and trainer.global_step >= trainer.max_steps
-    return RunOutcome(_final_metrics(trainer), completed)
+    return RunOutcome(_final_metrics(trainer), completed, trainer.is_global_zero)
 
 
 def _final_metrics(trainer) -> dict[str, float]:
@@ -68,6 +60,8 @@ def build(cfg: DictConfig) -> tuple:
     nothing is started (no engine, no process, no warm start)."""
     from hydra.utils import instantiate
 
+    from lit_asyncrl.before_fit import check_settings
+
     stage = cfg.get("stage", "fit")
     if stage not in ("fit", "validate"):
         raise ValueError(f"stage must be 'fit' or 'validate', got {stage!r}")
@@ -78,7 +72,7 @@ def build(cfg: DictConfig) -> tuple:
     datamodule = instantiate(cfg.data, _convert_="all")
     warm_start = instantiate(cfg.warm_start, _convert_="all")
     trainer = instantiate(cfg.trainer, _convert_="all")
-    module.reference.check_rollout_settings(datamodule.rollouts.max_version_gap)
+    check_settings(module, datamodule, trainer)
     return module, datamodule, warm_start, trainer
 
 
@@ -93,17 +87,32 @@ def main(cfg: DictConfig) -> float:
     from lit_asyncrl.run_summary import config_fingerprint, is_finished, read_summary, write_summary
 
     hydra_cfg = HydraConfig.get()
+    _refuse_ddp_in_multirun(cfg, hydra_cfg)
     run_dir = Path(hydra_cfg.runtime.output_dir)
     fingerprint = config_fingerprint(OmegaConf.to_yaml(cfg))
     if cfg.get("skip_finished") and is_finished(run_dir, fingerprint):
         print(f"skipped (finished before with this config): {run_dir}")
         return read_summary(run_dir)["final_metrics"].get("train/task_success", float("nan"))
     start = time.perf_counter()
-    metrics, completed = run(cfg)
-    if completed and cfg.get("stage", "fit") == "fit":
+    metrics, completed, global_zero = run(cfg)
+    if completed and global_zero and cfg.get("stage", "fit") == "fit":
         write_summary(run_dir, list(hydra_cfg.overrides.task), time.perf_counter() - start, metrics, fingerprint)
     # Returned for Hydra sweepers that optimise an objective.
     return metrics.get("train/task_success", float("nan"))
+
+
+def _refuse_ddp_in_multirun(cfg: DictConfig, hydra_cfg) -> None:
+    """Lightning starts DDP's other processes by running this command line again: under `-m` each
+    would launch the whole sweep. A sweep runs its jobs one process each (or through a launcher)."""
+    from hydra.types import RunMode
+
+    devices, num_nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
+    several = (isinstance(devices, int) and devices > 1) or (not isinstance(devices, (int, str)) and len(devices) > 1) or num_nodes > 1
+    if hydra_cfg.mode == RunMode.MULTIRUN and several:
+        raise ValueError(
+            f"trainer.devices={devices} (trainer.num_nodes={num_nodes}) starts DDP processes by running the command "
+            "again, which a multirun (-m) cannot do: run DDP jobs one at a time, without -m"
+        )
 
 
 if __name__ == "__main__":

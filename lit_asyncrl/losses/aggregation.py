@@ -48,3 +48,34 @@ def aggregate(token_loss: Tensor, valid: Tensor, aggregation: str, normalizer: f
         raise ValueError(f"unknown aggregation {aggregation!r}")
     sequences = (tokens_per_sequence > 0).to(token_loss.dtype).sum()
     return sequence_loss.sum() / sequences.clamp(min=1.0)
+
+
+def aggregation_denominator(valid: Tensor, aggregation: str) -> Tensor:
+    """What `aggregate` divides this batch's sum by: valid tokens (``token_mean``) or sequences with
+    a valid token (the sequence means), as a float scalar. ``fixed`` has no batch-dependent one."""
+    if aggregation == "token_mean":
+        return count_true(valid).to(torch.float32)
+    if aggregation in ("seq_mean_token_mean", "seq_mean_token_sum"):
+        return (count_true(valid, dim=-1) > 0).sum().to(torch.float32)
+    raise ValueError(f"aggregation {aggregation!r} has no batch denominator")
+
+
+def global_batch_scale(valid: Tensor, aggregation: str, world_size: int, sum_over_ranks) -> Tensor:
+    """Factor that makes a rank's loss, aggregated over its own shard, its part of the loss over
+    the global batch, given that DDP averages gradients over the `world_size` ranks.
+
+    A rank's loss is ``sum_r / d_r``; the global batch's is ``sum(sum_r) / D`` with ``D = sum(d_r)``
+    (a mean's denominator over all ranks) or ``D = d`` (``fixed``'s constant, already global). DDP
+    averages, so rank r's loss is scaled by ``world_size * d_r / D``: ``world_size * d_r / sum(d_r)``,
+    or ``world_size`` for ``fixed``. Shards of unequal token counts then weigh each token alike,
+    as one process on the whole batch would.
+
+    Args:
+        valid: bool ``[B, T]``, this rank's tokens in the denominators (``LossOutput.valid``).
+        sum_over_ranks: ``tensor -> tensor`` summed over all ranks (an all-reduce).
+    """
+    if aggregation == "fixed":
+        return torch.tensor(float(world_size))
+    local = aggregation_denominator(valid, aggregation)
+    total = sum_over_ranks(local.clone())
+    return world_size * local / total.clamp(min=1.0)

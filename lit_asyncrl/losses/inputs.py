@@ -46,12 +46,15 @@ class LossOutput:
         clip_mask: bool ``[B, T]``, token inside the trust region for its advantage sign, i.e. the
             staleness term still passes gradient (see each strategy for its exact meaning).
         metrics: detached floats, keys without prefix (the module logs them under ``train/``).
+        valid: bool ``[B, T]``, the tokens in the aggregation's denominators (policy tokens with
+            finite inputs); None where a strategy does not say (every policy token counts).
     """
 
     loss: Tensor
     discrepancy_mask: Tensor
     clip_mask: Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+    valid: Tensor | None = None
 
 
 @dataclass

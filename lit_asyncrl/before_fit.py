@@ -1,0 +1,39 @@
+"""What both entry points (Hydra and the Lightning CLI) do between building the parts and `fit`."""
+
+from __future__ import annotations
+
+import lightning as L
+
+from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.rollout.distributed import check_batch_splits
+from lit_asyncrl.warm_start import WarmStart, load_tokenizer
+
+
+def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer: L.Trainer) -> None:
+    """Combinations of module, data and trainer settings, refused before anything starts."""
+    module.reference.check_rollout_settings(datamodule.rollouts.max_version_gap)
+    check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
+
+
+def launch_and_warm_start(
+    module: AsyncRLModule, datamodule: RolloutDataModule, warm_start: WarmStart, trainer: L.Trainer, resumed: bool
+) -> None:
+    """Launch the engines in the background, then run the warm start (not when resuming: a
+    checkpoint already holds warmed-up weights).
+
+    Under DDP only rank 0 does either: it hosts the engines, and DDP copies rank 0's weights to
+    every rank when it wraps the model, before any hook reads them.
+    """
+    if trainer.global_rank != 0:
+        return
+    # The engines' start (mostly their processes importing) overlaps the warm start.
+    datamodule.rollouts.launch_early()
+    if not resumed:
+        warm_start.run(
+            module.policy,
+            datamodule.env,
+            load_tokenizer(datamodule.model_path),
+            log_dir=trainer.log_dir,
+            accelerator=trainer.accelerator,
+        )

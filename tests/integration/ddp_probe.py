@@ -1,0 +1,43 @@
+"""A callback the scale-out test adds to a DDP run: what each rank trained on, and its EWMA state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import torch
+from asyncrl_callbacks import EWMAReference
+
+
+class RankProbe(L.Callback):
+    """Records the group ids of every batch this rank trains on; at the end saves them, the EWMA
+    average, the live weights and (rank 0) the rollout accounting to `<out_dir>/rank<r>.pt`."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = Path(out_dir)
+        self.group_ids: list[list[int]] = []
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # After the datamodule's setup: `rollouts` is the DDP wrapper every rank reads batches from.
+        rollouts = trainer.datamodule.rollouts
+        next_batch = rollouts.next_batch
+
+        def recording_next_batch(timeout_s: float) -> dict:
+            batch = next_batch(timeout_s)
+            self.group_ids.append(batch["group_ids"].tolist())
+            return batch
+
+        rollouts.next_batch = recording_next_batch
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        (ewma,) = [callback for callback in trainer.callbacks if isinstance(callback, EWMAReference)]
+        state = {
+            "group_ids": self.group_ids,
+            "ewma_average": {name: tensor.clone() for name, tensor in ewma.averaged_parameters.items()},
+            "live": {name: parameter.detach().clone() for name, parameter in pl_module.policy.named_parameters()},
+            "world_size": trainer.world_size,
+        }
+        if trainer.global_rank == 0:
+            state["counts"] = trainer.datamodule.rollouts.buffer.counts()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(state, self.out_dir / f"rank{trainer.global_rank}.pt")
