@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 from collections.abc import Iterator
 from typing import Literal
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
-from lit_asyncrl.rollout.engine import EngineConfig
+from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 
@@ -48,6 +51,14 @@ class RolloutDataModule(L.LightningDataModule):
             before the run stops instead; 0 = stop at once. Not with the dedicated old-logit worker.
         num_engines: vLLM engines generating side by side; a new group goes to the least loaded one
             and every version is pushed to each (see docs/scaling.md).
+        placement: "local" (engines in this process's machine, started by it) or "ray" (each engine
+            in a Ray actor; needs the `ray` extra).
+        ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None starts a local Ray
+            instance for the run.
+        ray_cpus_per_engine, ray_gpus_per_engine: each engine actor's Ray resource request
+            (fractions share a core or a GPU).
+        tensor_parallel_size, data_parallel_size: vLLM's tensor and data parallelism inside each
+            engine (GPUs only; passed through to vLLM).
     """
 
     def __init__(
@@ -78,6 +89,12 @@ class RolloutDataModule(L.LightningDataModule):
         engine_stall_timeout_s: float = 120.0,
         engine_restarts: int = 0,
         num_engines: int = 1,
+        placement: Literal["local", "ray"] = "local",
+        ray_address: str | None = None,
+        ray_cpus_per_engine: float = 1.0,
+        ray_gpus_per_engine: float = 0.0,
+        tensor_parallel_size: int = 1,
+        data_parallel_size: int = 1,
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
@@ -103,7 +120,11 @@ class RolloutDataModule(L.LightningDataModule):
             seed=seed,
             log_level=engine_log_level,
             stall_timeout_s=engine_stall_timeout_s,
+            tensor_parallel_size=tensor_parallel_size,
+            data_parallel_size=data_parallel_size,
         )
+        if placement == "local":  # vLLM's parallelism inside an engine, checked where it will run (a Ray actor checks its own)
+            parallelism_args(engine_config, "cuda" if torch.cuda.is_available() else "cpu")
         self.rollouts: RolloutService = VLLMRolloutService(
             self.model_path,
             self.env,
@@ -122,6 +143,7 @@ class RolloutDataModule(L.LightningDataModule):
             env_failure_window=env_failure_window,
             engine_restarts=engine_restarts,
             num_engines=num_engines,
+            engine_factory=_engine_factory(placement, ray_address, ray_cpus_per_engine, ray_gpus_per_engine),
         )
 
     def setup(self, stage: str) -> None:
@@ -181,6 +203,21 @@ class _HeldOutEvaluation(IterableDataset):
         for start in range(0, len(self.instances), self.chunk_size):
             chunk = self.instances[start : start + self.chunk_size]
             yield {**self.rollouts.evaluate(chunk, self.samples, self.timeout_s), "k": self.k}
+
+
+def _engine_factory(placement: str, ray_address: str | None, num_cpus: float, num_gpus: float):
+    """What makes each engine: `VLLMEngine` in this process, or a `RayEngine` in a Ray actor."""
+    if placement == "local":
+        return VLLMEngine
+    if placement != "ray":
+        raise ValueError(f"data.placement must be 'local' or 'ray', got {placement!r}")
+    if not num_cpus > 0 or num_gpus < 0:
+        raise ValueError(f"data.ray_cpus_per_engine must be > 0 and data.ray_gpus_per_engine >= 0, got {num_cpus} and {num_gpus}")
+    if importlib.util.find_spec("ray") is None:
+        raise ValueError('data.placement=ray needs Ray: pip install "lit-asyncrl[ray]" (or set rollout.placement=local)')
+    from lit_asyncrl.rollout.ray_engine import RayEngine, RayPlacement
+
+    return functools.partial(RayEngine, placement=RayPlacement(address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus))
 
 
 def _require_int(key: str, value: object, minimum: int) -> None:

@@ -85,6 +85,27 @@ class EngineConfig:
     #: An engine with requests in flight that streams nothing for this long (outside a pause) has
     #: stopped answering and is reported dead, though its processes still run.
     stall_timeout_s: float = 120.0
+    #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+
+
+def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
+    """vLLM engine arguments for `config`'s tensor and data parallelism on `device_type`.
+
+    Passed through as they are on GPUs; refused on CPU, where an engine is one worker (the project
+    runs it inside the engine-core process, `worker_in_engine_process`).
+    """
+    sizes = {"tensor_parallel_size": config.tensor_parallel_size, "data_parallel_size": config.data_parallel_size}
+    for key, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"rollout.{key} must be an integer >= 1, got {size!r}")
+    if device_type == "cpu" and (config.tensor_parallel_size, config.data_parallel_size) != (1, 1):
+        raise ValueError(
+            f"rollout.tensor_parallel_size={config.tensor_parallel_size} and rollout.data_parallel_size={config.data_parallel_size}: "
+            "vLLM's parallelism inside an engine needs GPUs; on CPU use rollout.num_engines for more engines"
+        )
+    return sizes
 
 
 @dataclasses.dataclass
@@ -178,6 +199,7 @@ class VLLMEngine:
             use_tqdm_on_load=False,
             # mu must be the log-prob of the distribution actually sampled (temperature applied).
             logprobs_mode="processed_logprobs",
+            **parallelism_args(self.config, _device_type()),
         )
         config = args.create_engine_config()
         in_process = self.config.worker_in_engine_process and config.device_config.device_type == "cpu"
@@ -278,30 +300,7 @@ class VLLMEngine:
         `stalled` (what the call is, e.g. "a weight push"), running past `timeout_s` means the
         engine stopped answering (`EngineDeadError`); without it, a plain `TimeoutError`.
         """
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            wait_s = 1.0 if deadline is None else min(1.0, max(deadline - time.monotonic(), 0.0))
-            try:
-                return future.result(wait_s)
-            except concurrent.futures.TimeoutError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    future.cancel()
-                    if stalled:
-                        raise EngineDeadError(
-                            f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s "
-                            "(data.engine_stall_timeout_s)"
-                        ) from None
-                    raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
-                error = None
-            except Exception as raised:
-                error = raised
-            reason = self.dead_reason()
-            if reason is not None:
-                future.cancel()
-                raise EngineDeadError(f"the vLLM engine died: {reason}") from error
-            if error is not None:
-                raise error
+        return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
 
     # -- generation (called inside the engine loop) ------------------------------------------
     async def generate(
@@ -407,6 +406,40 @@ class VLLMEngine:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.config.dtype]
 
 
+def run_watched(
+    loop: asyncio.AbstractEventLoop,
+    coroutine: Coroutine[Any, Any, T],
+    dead_reason: Callable[[], str | None],
+    timeout_s: float | None = None,
+    stalled: str | None = None,
+) -> T:
+    """`coroutine` on `loop` (another thread's), waited for while `dead_reason()` stays None
+    (see `VLLMEngine.run`)."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        wait_s = 1.0 if deadline is None else min(1.0, max(deadline - time.monotonic(), 0.0))
+        try:
+            return future.result(wait_s)
+        except concurrent.futures.TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                future.cancel()
+                if stalled:
+                    raise EngineDeadError(
+                        f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s (data.engine_stall_timeout_s)"
+                    ) from None
+                raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
+            error = None
+        except Exception as raised:
+            error = raised
+        reason = dead_reason()
+        if reason is not None:
+            future.cancel()
+            raise EngineDeadError(f"the vLLM engine died: {reason}") from error
+        if error is not None:
+            raise error
+
+
 def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
     """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
     if not spans:
@@ -416,6 +449,12 @@ def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[in
         version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
         versions[start:end] = [int(version)] * (end - start)
     return versions
+
+
+def _device_type() -> str:
+    from vllm.platforms import current_platform
+
+    return current_platform.device_type
 
 
 def _remove_temp_dirs_of_dead_runs() -> None:

@@ -8,7 +8,7 @@ import itertools
 import random
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +59,8 @@ class VLLMRolloutService:
         engine_restarts: how many times a dead (or stalled) engine is replaced by a new one serving
             the latest published weights and version before the run stops; 0 = stop at once.
         num_engines: vLLM engines generating side by side (each a process with its own weights).
+        engine_factory: makes each engine from the model folder and `engine_config`: `VLLMEngine`
+            (in this process) or a `RayEngine` partial (in a Ray actor, `lit_asyncrl.rollout.ray_engine`).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class VLLMRolloutService:
         env_failure_window: int = 64,
         engine_restarts: int = 0,
         num_engines: int = 1,
+        engine_factory: Callable[[str, EngineConfig], VLLMEngine] = VLLMEngine,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -93,7 +96,7 @@ class VLLMRolloutService:
         self.max_concurrent_groups, self.mode = max_concurrent_groups, mode
         self.temperature, self.top_k = temperature, top_k
         self.engine_config, self.seed = engine_config, seed
-        self.num_engines = num_engines
+        self.num_engines, self.engine_factory = num_engines, engine_factory
         self.liveness_poll_s = liveness_poll_s
         self.env_failure_limit, self.env_failure_window = env_failure_limit, env_failure_window
         self.max_engine_restarts, self.engine_restarts = engine_restarts, 0
@@ -145,7 +148,7 @@ class VLLMRolloutService:
                 self._early_engines[lane] = self._new_engine(initial_version=0)
 
     def _new_engine(self, initial_version: int) -> VLLMEngine:
-        engine = VLLMEngine(self.model_path, self.engine_config)
+        engine = self.engine_factory(self.model_path, self.engine_config)
         engine.launch(initial_version=initial_version)
         return engine
 

@@ -1,0 +1,312 @@
+"""A vLLM engine placed by Ray: the engine lives in a Ray actor, here or on a cluster node.
+
+`RayEngine` has the interface the producer and the service use of `VLLMEngine` (`generate`,
+`version`, `loop`, `run`, `push_weights`, `pause`, `resume`, `dead_reason`, `shutdown`), so the
+rollout service, its producers and its buffer stay in the trainer's process unchanged: episodes
+run on a local event loop and each turn streams from the actor. Inside the actor an ordinary
+`VLLMEngine` samples, tags every token with its version and pushes weights in place, so
+per-token versions are exactly those of the in-process engines.
+
+Ray is an extra (`pip install "lit-asyncrl[ray]"`); nothing here imports it before an engine launches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, TurnOutput, VLLMEngine, run_watched
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RayPlacement:
+    """Where and with what resources each engine actor runs.
+
+    Args:
+        address: the Ray cluster to join ("auto", "ray://host:10001"); None starts a local Ray
+            instance for the run (and stops it at the end).
+        num_cpus, num_gpus: each engine actor's resource request; fractions let several actors
+            share a core (the tests run two engines on a 2-core machine with 0.5 each).
+    """
+
+    address: str | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+
+class _RayRuntime:
+    """Joins (or starts) Ray once per process; a Ray instance started here stops with its last user."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._started_here = False
+        self._temp_dir: str | None = None
+
+    def acquire(self, address: str | None) -> None:
+        import ray
+
+        with self._lock:
+            if not ray.is_initialized():
+                if address is None:
+                    # Its own short temp dir (socket paths must stay short), removed when it stops.
+                    self._temp_dir = tempfile.mkdtemp(prefix="lit_asyncrl_ray_")
+                ray.init(
+                    address=address,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level="ERROR",
+                    configure_logging=False,
+                    _temp_dir=self._temp_dir,
+                )
+                self._started_here = True
+            self._users += 1
+
+    def release(self) -> None:
+        import ray
+
+        with self._lock:
+            self._users -= 1
+            if self._users == 0 and self._started_here:
+                ray.shutdown()
+                self._started_here = False
+                if self._temp_dir is not None:
+                    shutil.rmtree(self._temp_dir, ignore_errors=True)
+                    self._temp_dir = None
+
+
+RAY_RUNTIME = _RayRuntime()
+
+
+class EngineActor:
+    """The Ray actor's body: a `VLLMEngine` started in the actor process (made a Ray actor class at launch)."""
+
+    def __init__(self, model_path: str, config: EngineConfig, initial_version: int) -> None:
+        self.engine = VLLMEngine(model_path, config)
+        self.engine.start(initial_version)
+
+    def ready(self) -> bool:
+        return True
+
+    async def generate_stream(self, prompt_ids: Sequence[int], sampling: dict[str, Any]):
+        """Yields ("tokens", ids, logprobs) as the turn streams, then ("turn", TurnOutput)."""
+        pieces: asyncio.Queue = asyncio.Queue()
+        here = asyncio.get_running_loop()
+
+        def on_tokens(ids: list[int], logprobs: list[float]) -> None:
+            here.call_soon_threadsafe(pieces.put_nowait, ("tokens", ids, logprobs))
+
+        turn = asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self.engine.generate(prompt_ids, on_tokens=on_tokens, **sampling), self.engine.loop)
+        )
+        try:
+            while not (turn.done() and pieces.empty()):
+                piece = asyncio.ensure_future(pieces.get())
+                await asyncio.wait({piece, turn}, return_when=asyncio.FIRST_COMPLETED)
+                if piece.done():
+                    yield piece.result()
+                else:
+                    piece.cancel()
+            yield ("turn", turn.result())
+        finally:
+            turn.cancel()
+
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        return self.engine.push_weights(state_dict, version)
+
+    def pause(self) -> None:
+        self.engine.pause()
+
+    def resume(self) -> None:
+        self.engine.resume()
+
+    def dead_reason(self) -> str | None:
+        return self.engine.dead_reason()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+class RayEngine:
+    """A proxy for a `VLLMEngine` in a Ray actor (see the module docstring).
+
+    Args:
+        model_path: the model folder, readable where the actor runs (a shared path on a cluster).
+        config: the engine's settings, as for `VLLMEngine`.
+        placement: the Ray cluster and each actor's resource request.
+    """
+
+    #: How often `dead_reason` asks the actor (liveness polls come every half second).
+    health_check_s = 1.0
+
+    def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig(), placement: RayPlacement = RayPlacement()) -> None:
+        self.model_path, self.config, self.placement = str(model_path), config, placement
+        self.version = 0
+        self._actor: Any = None
+        self._ready_ref: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runtime_held = False
+        self._dead: str | None = None
+        self._checked_at = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
+        self.launch(initial_version)
+        self.wait_until_serving(timeout_s)
+
+    def launch(self, initial_version: int = 0) -> None:
+        """Ask Ray for the actor (its engine starts inside it) and start the local episode loop."""
+        import ray
+
+        self.version = initial_version
+        RAY_RUNTIME.acquire(self.placement.address)
+        self._runtime_held = True
+        actor_class = ray.remote(EngineActor)
+        self._actor = actor_class.options(num_cpus=self.placement.num_cpus, num_gpus=self.placement.num_gpus).remote(
+            self.model_path, self.config, initial_version
+        )
+        self._ready_ref = self._actor.ready.remote()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ray-engine-episodes", daemon=True)
+        self._thread.start()
+
+    def wait_until_serving(self, timeout_s: float = 300.0) -> None:
+        import ray
+
+        try:
+            ray.get(self._ready_ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"the vLLM engine's Ray actor did not start within {timeout_s} s") from None
+        except ray.exceptions.RayError as error:
+            raise RuntimeError("vLLM engine failed to start in its Ray actor") from error
+
+    def shutdown(self, startup_timeout_s: float = 300.0) -> None:
+        """Stop the actor's engine, the actor and the local loop; release Ray. Safe to call twice."""
+        import ray
+
+        actor, self._actor = self._actor, None
+        try:
+            if actor is not None:
+                try:
+                    ray.get(actor.shutdown.remote(), timeout=60)
+                except ray.exceptions.RayError:
+                    pass  # a dead actor has nothing left to stop
+                finally:
+                    ray.kill(actor)
+            if self._loop is not None and self._loop.is_running():
+                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop).result(timeout=30)
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+                self._thread = None
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.close()
+        finally:
+            if self._runtime_held:
+                self._runtime_held = False
+                RAY_RUNTIME.release()
+
+    def dead_reason(self) -> str | None:
+        """Why the engine cannot serve any more: its actor died, or its engine reports why."""
+        import ray
+
+        if self._actor is None or self._dead is not None:
+            return self._dead
+        now = time.monotonic()
+        if now - self._checked_at < self.health_check_s:
+            return None
+        self._checked_at = now
+        try:
+            self._dead = ray.get(self._actor.dead_reason.remote(), timeout=10)
+        except ray.exceptions.GetTimeoutError:
+            return None  # busy, not dead: a stalled engine reports itself through its own check
+        except ray.exceptions.RayError as error:
+            self._dead = f"its Ray actor died ({type(error).__name__})"
+        return self._dead
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the engine is not started; call start() first")
+        return self._loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
+        return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
+
+    # -- generation (called inside the local loop) ------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_k: int = -1,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        on_tokens: Callable[[list[int], list[float]], None] | None = None,
+    ) -> TurnOutput:
+        """One turn sampled by the actor's engine, streamed here piece by piece (as `VLLMEngine.generate`)."""
+        sampling = dict(
+            max_tokens=max_tokens, temperature=temperature, top_k=top_k, stop_token_ids=list(stop_token_ids), ignore_eos=ignore_eos
+        )
+        stream = self._actor.generate_stream.options(num_returns="streaming").remote(list(prompt_ids), sampling)
+        async for reference in stream:
+            piece = await reference
+            if piece[0] == "tokens":
+                if on_tokens is not None:
+                    on_tokens(piece[1], piece[2])
+            else:
+                return piece[1]
+        raise EngineDeadError("the vLLM engine's Ray actor ended a turn without its result")
+
+    # -- weights (called from the trainer thread) --------------------------------------------
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """The actor's engine loads `state_dict` in place as `version` (sent through Ray's object store)."""
+        import ray
+
+        start = time.perf_counter()
+        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
+        try:
+            timings = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.config.stall_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise EngineDeadError(
+                f"the vLLM engine stopped answering: a weight push got no answer within {self.config.stall_timeout_s:g} s"
+            ) from None
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
+        self.version = version
+        # `write_s` here also counts the trip through Ray's object store.
+        return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"]}
+
+    def pause(self) -> None:
+        self._call("pause")
+
+    def resume(self) -> None:
+        self._call("resume")
+
+    def _call(self, method: str) -> None:
+        import ray
+
+        try:
+            ray.get(getattr(self._actor, method).remote(), timeout=self.config.stall_timeout_s)
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error
+
+
+async def _cancel_other_tasks() -> None:
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,38 @@
+"""Which engine and which vLLM arguments a configuration selects (no engine starts)."""
+
+import functools
+
+import pytest
+
+from lit_asyncrl.datamodule import _engine_factory
+from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
+
+
+def test_parallelism_passes_through_on_gpus():
+    config = EngineConfig(tensor_parallel_size=4, data_parallel_size=2)
+    assert parallelism_args(config, "cuda") == {"tensor_parallel_size": 4, "data_parallel_size": 2}
+    assert parallelism_args(EngineConfig(), "cpu") == {"tensor_parallel_size": 1, "data_parallel_size": 1}
+
+
+def test_parallelism_inside_an_engine_is_refused_on_cpu_naming_the_keys():
+    with pytest.raises(ValueError, match=r"rollout.tensor_parallel_size=2 .* needs GPUs; on CPU use rollout.num_engines"):
+        parallelism_args(EngineConfig(tensor_parallel_size=2), "cpu")
+    with pytest.raises(ValueError, match=r"rollout.data_parallel_size must be an integer >= 1, got 0"):
+        parallelism_args(EngineConfig(data_parallel_size=0), "cuda")
+
+
+def test_placement_selects_the_engine_class():
+    assert _engine_factory("local", None, 1.0, 0.0) is VLLMEngine
+    pytest.importorskip("ray")
+    from lit_asyncrl.rollout.ray_engine import RayEngine, RayPlacement
+
+    factory = _engine_factory("ray", "auto", 0.5, 1.0)
+    assert isinstance(factory, functools.partial) and factory.func is RayEngine
+    assert factory.keywords == {"placement": RayPlacement(address="auto", num_cpus=0.5, num_gpus=1.0)}
+
+
+def test_bad_placements_are_refused_naming_the_key():
+    with pytest.raises(ValueError, match="data.placement must be 'local' or 'ray', got 'slurm'"):
+        _engine_factory("slurm", None, 1.0, 0.0)
+    with pytest.raises(ValueError, match="data.ray_cpus_per_engine must be > 0"):
+        _engine_factory("ray", None, 0.0, 0.0)
