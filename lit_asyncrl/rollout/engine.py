@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -160,6 +161,7 @@ class VLLMEngine:
             os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
             os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         logging.getLogger("vllm").setLevel(self.config.log_level.upper())
+        _standard_start_method()
         # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them.
         self._reaper = start_reaper([self._weights_dir])
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
@@ -449,6 +451,14 @@ def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[in
         version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
         versions[start:end] = [int(version)] * (end - start)
     return versions
+
+
+def _standard_start_method() -> None:
+    """A process vLLM spawns is told this process's multiprocessing start method by name and sets
+    it first thing. Inside a joblib worker (Hydra's parallel launcher) that name is 'loky', which a
+    plain Python child cannot resolve: the engine core would die at birth. Use 'spawn' there."""
+    if multiprocessing.get_start_method(allow_none=True) not in (None, "spawn", "fork", "forkserver"):
+        multiprocessing.set_start_method("spawn", force=True)
 
 
 def _device_type() -> str:

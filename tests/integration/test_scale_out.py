@@ -1,5 +1,8 @@
 """Scale-out on the real parts: two vLLM engines, and two DDP training processes (gloo) on them."""
 
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -38,10 +41,32 @@ def test_two_engines_keep_each_tokens_version_exact(tmp_path):
     assert_both_engines_generated(read_all_rows(tmp_path / "metrics.csv"), steps=8)
 
 
-def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
+def ray_processes() -> list[str]:
+    """Command lines of Ray's own processes (its GCS server, raylet and workers) now running."""
+    names = ("gcs_server", "raylet", "ray::")
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(name in text for name in names):
+            found.append(text)
+    return found
+
+
+# Ray placement: each engine a Ray actor asking for half a CPU, on a Ray instance the run starts.
+RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
+
+
+@pytest.mark.parametrize("placement", [[], RAY], ids=["local", "ray"])
+def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path, placement):
+    if placement:
+        pytest.importorskip("ray")
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
         [
+            *placement,
             *SMALL_RUN,
             f"trainer.max_steps={STEPS}",
             "trainer.devices=2",
@@ -92,3 +117,30 @@ def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
         assert_accounting_holds(row)
     assert_both_engines_generated(rows, steps=STEPS)
     assert (tmp_path / "run" / "summary.json").exists()  # written once, by rank 0
+    if placement:  # the Ray instance the run started is gone with it, its temp dir too
+        assert ray_processes() == []
+        assert list(Path(tempfile.gettempdir()).glob("lit_asyncrl_ray_*")) == []
+
+
+def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
+    run_hydra(
+        [
+            "-m",
+            "hydra/launcher=parallel",
+            "hydra.launcher.n_jobs=2",
+            "seed=0,1",
+            *SMALL_RUN,
+            "trainer.max_steps=3",
+            "rollout.eval_instances=2",
+            "rollout.eval_samples=4",
+            f"hydra.sweep.dir={tmp_path}",
+        ]
+    )
+    jobs = sorted(tmp_path.glob("[01]_*"))
+    assert len(jobs) == 2
+    for job in jobs:
+        assert len(read_rows(job / "metrics.csv")) == 3
+    # Side by side: each job started (wrote its hparams) before the other one finished.
+    started = [(job / "hparams.yaml").stat().st_mtime for job in jobs]
+    finished = [(job / "summary.json").stat().st_mtime for job in jobs]
+    assert started[0] < finished[1] and started[1] < finished[0]
