@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.models import resolve_model_path
+from lit_asyncrl.rollout.dedicated import ProcessWorker
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
 from lit_asyncrl.rollout.service import RolloutService
@@ -51,12 +52,12 @@ class RolloutDataModule(L.LightningDataModule):
             before the run stops instead; 0 = stop at once. Not with the dedicated old-logit worker.
         num_engines: vLLM engines generating side by side; a new group goes to the least loaded one
             and every version is pushed to each (see docs/scaling.md).
-        placement: "local" (engines in this process's machine, started by it) or "ray" (each engine
-            in a Ray actor; needs the `ray` extra).
+        placement: "local" (engines and the dedicated old-logit worker started by this process) or
+            "ray" (each of them a Ray actor; needs the `ray` extra).
         ray_address: the Ray cluster to join ("auto", "ray://host:10001"); None starts a local Ray
             instance for the run.
-        ray_cpus_per_engine, ray_gpus_per_engine: each engine actor's Ray resource request
-            (fractions share a core or a GPU).
+        ray_cpus_per_engine, ray_gpus_per_engine: each actor's Ray resource request (the engines'
+            and the old-logit worker's; fractions share a core or a GPU).
         tensor_parallel_size, data_parallel_size: vLLM's tensor and data parallelism inside each
             engine (GPUs only; passed through to vLLM).
     """
@@ -143,7 +144,7 @@ class RolloutDataModule(L.LightningDataModule):
             env_failure_window=env_failure_window,
             engine_restarts=engine_restarts,
             num_engines=num_engines,
-            engine_factory=_engine_factory(placement, ray_address, ray_cpus_per_engine, ray_gpus_per_engine),
+            **_placement(placement, ray_address, ray_cpus_per_engine, ray_gpus_per_engine),
         )
 
     def setup(self, stage: str) -> None:
@@ -205,19 +206,24 @@ class _HeldOutEvaluation(IterableDataset):
             yield {**self.rollouts.evaluate(chunk, self.samples, self.timeout_s), "k": self.k}
 
 
-def _engine_factory(placement: str, ray_address: str | None, num_cpus: float, num_gpus: float):
-    """What makes each engine: `VLLMEngine` in this process, or a `RayEngine` in a Ray actor."""
+def _placement(placement: str, ray_address: str | None, num_cpus: float, num_gpus: float) -> dict:
+    """What starts each engine and the dedicated old-logit worker: here (`VLLMEngine`,
+    `ProcessWorker`) or as Ray actors (`RayEngine`, `RayWorker`) with the given resources."""
     if placement == "local":
-        return VLLMEngine
+        return {"engine_factory": VLLMEngine, "old_logit_worker_factory": ProcessWorker}
     if placement != "ray":
         raise ValueError(f"data.placement must be 'local' or 'ray', got {placement!r}")
     if not num_cpus > 0 or num_gpus < 0:
         raise ValueError(f"data.ray_cpus_per_engine must be > 0 and data.ray_gpus_per_engine >= 0, got {num_cpus} and {num_gpus}")
     if importlib.util.find_spec("ray") is None:
         raise ValueError('data.placement=ray needs Ray: pip install "lit-asyncrl[ray]" (or set rollout.placement=local)')
-    from lit_asyncrl.rollout.ray_engine import RayEngine, RayPlacement
+    from lit_asyncrl.rollout.ray_placement import RayEngine, RayPlacement, RayWorker
 
-    return functools.partial(RayEngine, placement=RayPlacement(address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus))
+    resources = RayPlacement(address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus)
+    return {
+        "engine_factory": functools.partial(RayEngine, placement=resources),
+        "old_logit_worker_factory": functools.partial(RayWorker, placement=resources),
+    }
 
 
 def _require_int(key: str, value: object, minimum: int) -> None:

@@ -14,8 +14,9 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
@@ -24,35 +25,97 @@ from lit_asyncrl.rollout.old_logits import ScoreRequest, attach, collect_unscore
 from lit_asyncrl.rollout.records import Trajectory
 
 
+class OldLogitScorer:
+    """The worker's side: holds one version's weights, scores token lists with them.
+
+    Messages: ("weights", version, state_dict) loads a version (no reply); ("score", request_id,
+    token_lists, position_lists, temperature, top_k, pad_id) replies (request_id, version, scores,
+    seconds). Runs in a process of its own (`ProcessWorker`) or in a Ray actor (`RayWorker`).
+    """
+
+    def __init__(self, model_path: str, num_threads: int) -> None:
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(num_threads)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+        self.version: int | None = None
+
+    def handle(self, message: tuple) -> tuple | None:
+        from lit_asyncrl.rollout.old_logits import model_score_fn, score_requests
+
+        if message[0] == "weights":
+            _, self.version, state_dict = message
+            self.model.load_state_dict(state_dict)
+            return None
+        _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
+        start = time.perf_counter()
+        requests = [ScoreRequest(None, tokens, positions) for tokens, positions in zip(token_lists, position_lists)]
+        scores = score_requests(model_score_fn(self.model), requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
+        return (request_id, self.version, scores, time.perf_counter() - start)
+
+
 def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads: int) -> None:
-    """Worker process: load weights when told, score token lists with the current version."""
-    from transformers import AutoModelForCausalLM
-
-    from lit_asyncrl.rollout.old_logits import model_score_fn, score_requests
-
-    torch.set_num_threads(num_threads)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
-    version = None
+    """Worker process: handle messages in order until told to stop."""
+    scorer = OldLogitScorer(model_path, num_threads)
     while True:
         message = inbox.get()
         if message[0] == "stop":
             return
-        if message[0] == "weights":
-            _, version, state_dict = message
-            model.load_state_dict(state_dict)
-            continue
-        _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
-        start = time.perf_counter()
-        requests = [ScoreRequest(None, tokens, positions) for tokens, positions in zip(token_lists, position_lists)]
-        scores = score_requests(model_score_fn(model), requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
-        outbox.put((request_id, version, scores, time.perf_counter() - start))
+        reply = scorer.handle(message)
+        if reply is not None:
+            outbox.put(reply)
+
+
+class ProcessWorker:
+    """The scorer in a spawned process on this machine, reached through two queues."""
+
+    def __init__(self, model_path: str, num_threads: int) -> None:
+        context = mp.get_context("spawn")
+        self._inbox, self._outbox = context.Queue(), context.Queue()
+        self._process = context.Process(target=_worker_main, args=(model_path, self._inbox, self._outbox, num_threads), daemon=True)
+        self._process.start()
+
+    def send(self, message: tuple) -> None:
+        self._inbox.put(message)
+
+    def reply(self, timeout_s: float) -> tuple | None:
+        """The next reply, in order; None if none came within `timeout_s`."""
+        try:
+            return self._outbox.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def dead_reason(self) -> str | None:
+        if not self._process.is_alive():
+            return f"the dedicated old-logit worker (pid {self._process.pid}) exited with code {self._process.exitcode}"
+        return None
+
+    def stop(self) -> None:
+        if self._process.is_alive():
+            self._inbox.put(("stop",))
+            self._process.join(timeout=10)
+        if self._process.is_alive():  # stuck in a forward: it holds no state worth saving
+            self._process.kill()
+            self._process.join(timeout=5)
+        for channel in (self._inbox, self._outbox):
+            channel.cancel_join_thread()  # never block exit on unread messages
+            channel.close()
 
 
 class DedicatedOldLogitModel:
     """Main-process side: sends weights and score requests, attaches replies on the engine loop."""
 
-    def __init__(self, model_path: str | Path, *, temperature: float, top_k: int, pad_id: int, num_threads: int = 1) -> None:
-        self.model_path, self.num_threads = str(model_path), num_threads
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        temperature: float,
+        top_k: int,
+        pad_id: int,
+        num_threads: int = 1,
+        worker_factory: Callable[[str, int], Any] = ProcessWorker,
+    ) -> None:
+        self.model_path, self.num_threads, self.worker_factory = str(model_path), num_threads, worker_factory
         self.sampling = (temperature, top_k, pad_id)
         self._ids = itertools.count()
         self._waiting: dict[int, tuple[list[ScoreRequest], asyncio.Future | None]] = {}
@@ -62,39 +125,26 @@ class DedicatedOldLogitModel:
         self.score_seconds = 0.0
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        context = mp.get_context("spawn")
+        """Start the worker (`worker_factory`: a process here, or a Ray actor) and its reply reader."""
         self._loop = loop
-        self._inbox, self._outbox = context.Queue(), context.Queue()
-        self._process = context.Process(
-            target=_worker_main, args=(self.model_path, self._inbox, self._outbox, self.num_threads), daemon=True
-        )
-        self._process.start()
+        self._worker = self.worker_factory(self.model_path, self.num_threads)
+        self._stopping = False
         self._reader = threading.Thread(target=self._read_replies, name="old-logit-replies", daemon=True)
         self._reader.start()
 
     def stop(self) -> None:
-        """Stop the worker process and the reply reader; safe to call twice or after a crash."""
-        process, self._process = getattr(self, "_process", None), None
-        if process is None:
+        """Stop the worker and the reply reader; safe to call twice or after a crash."""
+        worker, self._worker = getattr(self, "_worker", None), None
+        if worker is None:
             return
-        if process.is_alive():
-            self._inbox.put(("stop",))
-            process.join(timeout=10)
-        if process.is_alive():  # stuck in a forward: it holds no state worth saving
-            process.kill()
-            process.join(timeout=5)
-        self._outbox.put(None)  # ends the reader
+        self._stopping = True
         self._reader.join(timeout=10)
-        for channel in (self._inbox, self._outbox):
-            channel.cancel_join_thread()  # never block exit on unread messages
-            channel.close()
+        worker.stop()
 
     def dead_reason(self) -> str | None:
         """Why the worker cannot score any more (None while it runs or was never started)."""
-        process = getattr(self, "_process", None)
-        if process is not None and not process.is_alive():
-            return f"the dedicated old-logit worker (pid {process.pid}) exited with code {process.exitcode}"
-        return None
+        worker = getattr(self, "_worker", None)
+        return worker.dead_reason() if worker is not None else None
 
     @property
     def queue_depth(self) -> int:
@@ -104,7 +154,7 @@ class DedicatedOldLogitModel:
     def send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Queue version `version`; requests sent before it are scored with the previous weights."""
         tensors = {name: tensor.detach().to("cpu", torch.float32).clone() for name, tensor in state_dict.items()}
-        self._inbox.put(("weights", version, tensors))
+        self._worker.send(("weights", version, tensors))
         self.version = version
 
     # -- on the engine loop --------------------------------------------------------------------
@@ -116,18 +166,15 @@ class DedicatedOldLogitModel:
         request_id = next(self._ids)
         future = self._loop.create_future()
         self._waiting[request_id] = (requests, future)
-        self._inbox.put(("score", request_id, [r.token_ids for r in requests], [r.positions for r in requests], *self.sampling))
+        self._worker.send(("score", request_id, [r.token_ids for r in requests], [r.positions for r in requests], *self.sampling))
         return future
 
     def _read_replies(self) -> None:
-        while True:
-            try:
-                reply = self._outbox.get(timeout=1.0)
-            except queue.Empty:
-                continue
-            if reply is None:
-                return
-            self._loop.call_soon_threadsafe(self._attach, *reply)
+        worker = self._worker
+        while not self._stopping:
+            reply = worker.reply(timeout_s=0.2)
+            if reply is not None:
+                self._loop.call_soon_threadsafe(self._attach, *reply)
 
     def _attach(self, request_id: int, version: int, scores: list[list[float]], seconds: float) -> None:
         requests, future = self._waiting.pop(request_id)

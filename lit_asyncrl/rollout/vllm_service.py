@@ -16,7 +16,7 @@ import torch
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel, ProcessWorker
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
 from lit_asyncrl.rollout.episode import play_episode
@@ -60,7 +60,9 @@ class VLLMRolloutService:
             the latest published weights and version before the run stops; 0 = stop at once.
         num_engines: vLLM engines generating side by side (each a process with its own weights).
         engine_factory: makes each engine from the model folder and `engine_config`: `VLLMEngine`
-            (in this process) or a `RayEngine` partial (in a Ray actor, `lit_asyncrl.rollout.ray_engine`).
+            (in this process) or a `RayEngine` partial (in a Ray actor, `lit_asyncrl.rollout.ray_placement`).
+        old_logit_worker_factory: starts the dedicated old-logit worker from the model folder and a
+            thread count: `ProcessWorker` (a process here) or a `RayWorker` partial (a Ray actor).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class VLLMRolloutService:
         engine_restarts: int = 0,
         num_engines: int = 1,
         engine_factory: Callable[[str, EngineConfig], VLLMEngine] = VLLMEngine,
+        old_logit_worker_factory: Callable[[str, int], Any] = ProcessWorker,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -97,6 +100,7 @@ class VLLMRolloutService:
         self.temperature, self.top_k = temperature, top_k
         self.engine_config, self.seed = engine_config, seed
         self.num_engines, self.engine_factory = num_engines, engine_factory
+        self.old_logit_worker_factory = old_logit_worker_factory
         self.liveness_poll_s = liveness_poll_s
         self.env_failure_limit, self.env_failure_window = env_failure_limit, env_failure_window
         self.max_engine_restarts, self.engine_restarts = engine_restarts, 0
@@ -173,7 +177,13 @@ class VLLMRolloutService:
         self.engines[lane] = engine
         engine.wait_until_serving()
         if self._use_dedicated and self.dedicated is None:
-            self.dedicated = DedicatedOldLogitModel(self.model_path, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
+            self.dedicated = DedicatedOldLogitModel(
+                self.model_path,
+                temperature=self.temperature,
+                top_k=self.top_k,
+                pad_id=self.pad_id,
+                worker_factory=self.old_logit_worker_factory,
+            )
             self.dedicated.start(engine.loop)
             self.dedicated.send_weights(self._weights, self._version)
         engine.push_weights(self._weights, self._version)

@@ -144,3 +144,18 @@ def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
     started = [(job / "hparams.yaml").stat().st_mtime for job in jobs]
     finished = [(job / "summary.json").stat().st_mtime for job in jobs]
     assert started[0] < finished[1] and started[1] < finished[0]
+
+
+def test_the_dedicated_old_logit_worker_as_a_ray_actor_gives_exact_old_logprobs(tmp_path):
+    pytest.importorskip("ray")
+    run_hydra(["experiment=dedicated", *RAY, f"hydra.run.dir={tmp_path}", *STALE_RUN])
+    rows = read_rows(tmp_path / "metrics.csv")
+    assert len(rows) == 8
+    assert max(row["train/version_gap_max"] for row in rows) >= 1
+    for row in rows:
+        # Every policy token arrives with pi_old of its own version from the actor: r_d == 1.
+        assert row["train/nonfinite_tokens"] == 0
+        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
+        assert_accounting_holds(row)
+    assert rows[-1]["dedicated/scored_tokens"] > 0
+    assert ray_processes() == []

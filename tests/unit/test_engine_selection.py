@@ -4,7 +4,8 @@ import functools
 
 import pytest
 
-from lit_asyncrl.datamodule import _engine_factory
+from lit_asyncrl.datamodule import _placement
+from lit_asyncrl.rollout.dedicated import ProcessWorker
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
 
 
@@ -21,18 +22,20 @@ def test_parallelism_inside_an_engine_is_refused_on_cpu_naming_the_keys():
         parallelism_args(EngineConfig(data_parallel_size=0), "cuda")
 
 
-def test_placement_selects_the_engine_class():
-    assert _engine_factory("local", None, 1.0, 0.0) is VLLMEngine
+def test_placement_selects_where_engines_and_the_old_logit_worker_run():
+    assert _placement("local", None, 1.0, 0.0) == {"engine_factory": VLLMEngine, "old_logit_worker_factory": ProcessWorker}
     pytest.importorskip("ray")
-    from lit_asyncrl.rollout.ray_engine import RayEngine, RayPlacement
+    from lit_asyncrl.rollout.ray_placement import RayEngine, RayPlacement, RayWorker
 
-    factory = _engine_factory("ray", "auto", 0.5, 1.0)
-    assert isinstance(factory, functools.partial) and factory.func is RayEngine
-    assert factory.keywords == {"placement": RayPlacement(address="auto", num_cpus=0.5, num_gpus=1.0)}
+    chosen = _placement("ray", "auto", 0.5, 1.0)
+    expected = {"placement": RayPlacement(address="auto", num_cpus=0.5, num_gpus=1.0)}
+    for key, cls in (("engine_factory", RayEngine), ("old_logit_worker_factory", RayWorker)):
+        assert isinstance(chosen[key], functools.partial) and chosen[key].func is cls
+        assert chosen[key].keywords == expected
 
 
 def test_bad_placements_are_refused_naming_the_key():
     with pytest.raises(ValueError, match="data.placement must be 'local' or 'ray', got 'slurm'"):
-        _engine_factory("slurm", None, 1.0, 0.0)
+        _placement("slurm", None, 1.0, 0.0)
     with pytest.raises(ValueError, match="data.ray_cpus_per_engine must be > 0"):
-        _engine_factory("ray", None, 0.0, 0.0)
+        _placement("ray", None, 0.0, 0.0)

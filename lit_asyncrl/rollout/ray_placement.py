@@ -1,4 +1,4 @@
-"""A vLLM engine placed by Ray: the engine lives in a Ray actor, here or on a cluster node.
+"""Placement by Ray: vLLM engines and the dedicated old-logit worker as Ray actors, here or on a cluster node.
 
 `RayEngine` has the interface the producer and the service use of `VLLMEngine` (`generate`,
 `version`, `loop`, `run`, `push_weights`, `pause`, `resume`, `dead_reason`, `shutdown`), so the
@@ -7,12 +7,16 @@ run on a local event loop and each turn streams from the actor. Inside the actor
 `VLLMEngine` samples, tags every token with its version and pushes weights in place, so
 per-token versions are exactly those of the in-process engines.
 
-Ray is an extra (`pip install "lit-asyncrl[ray]"`); nothing here imports it before an engine launches.
+The dedicated old-logit worker's scorer runs in a Ray actor the same way (`RayWorker`), behind
+the transport interface of its local process (`ProcessWorker`).
+
+Ray is an extra (`pip install "lit-asyncrl[ray]"`); nothing here imports it before an actor starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import shutil
 import tempfile
@@ -24,6 +28,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from lit_asyncrl.rollout.dedicated import OldLogitScorer
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, TurnOutput, VLLMEngine, run_watched
 
 T = TypeVar("T")
@@ -95,6 +100,8 @@ class EngineActor:
     def __init__(self, model_path: str, config: EngineConfig, initial_version: int) -> None:
         self.engine = VLLMEngine(model_path, config)
         self.engine.start(initial_version)
+        #: Streamed pieces the engine has produced, all turns together (see `RayEngine.pause`).
+        self.pieces_produced = 0
 
     def ready(self) -> bool:
         return True
@@ -104,7 +111,8 @@ class EngineActor:
         pieces: asyncio.Queue = asyncio.Queue()
         here = asyncio.get_running_loop()
 
-        def on_tokens(ids: list[int], logprobs: list[float]) -> None:
+        def on_tokens(ids: list[int], logprobs: list[float]) -> None:  # on the engine's loop
+            self.pieces_produced += 1
             here.call_soon_threadsafe(pieces.put_nowait, ("tokens", ids, logprobs))
 
         turn = asyncio.wrap_future(
@@ -125,8 +133,10 @@ class EngineActor:
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         return self.engine.push_weights(state_dict, version)
 
-    def pause(self) -> None:
+    def pause(self) -> int:
+        """Pause the engine; returns how many pieces it produced before (all now on their way)."""
         self.engine.pause()
+        return self.pieces_produced
 
     def resume(self) -> None:
         self.engine.resume()
@@ -160,6 +170,8 @@ class RayEngine:
         self._runtime_held = False
         self._dead: str | None = None
         self._checked_at = 0.0
+        #: Streamed pieces added to their trajectories here (on the local loop).
+        self._pieces_received = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -267,6 +279,7 @@ class RayEngine:
             if piece[0] == "tokens":
                 if on_tokens is not None:
                     on_tokens(piece[1], piece[2])
+                self._pieces_received += 1
             else:
                 return piece[1]
         raise EngineDeadError("the vLLM engine's Ray actor ended a turn without its result")
@@ -291,16 +304,25 @@ class RayEngine:
         return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"]}
 
     def pause(self) -> None:
-        self._call("pause")
+        """Pause the actor's engine, then wait here until every piece it streamed before the pause
+        has reached its trajectory: a route that scores unfinished tokens at a pause (dedicated,
+        interruption-sync) must see them all, as it does with an engine in this process."""
+        produced = self._call("pause")
+
+        async def caught_up() -> None:
+            while self._pieces_received < produced:
+                await asyncio.sleep(0.002)
+
+        self.run(caught_up(), timeout_s=self.config.stall_timeout_s, stalled="the stream after a pause")
 
     def resume(self) -> None:
         self._call("resume")
 
-    def _call(self, method: str) -> None:
+    def _call(self, method: str) -> Any:
         import ray
 
         try:
-            ray.get(getattr(self._actor, method).remote(), timeout=self.config.stall_timeout_s)
+            return ray.get(getattr(self._actor, method).remote(), timeout=self.config.stall_timeout_s)
         except ray.exceptions.RayError as error:
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error
 
@@ -310,3 +332,71 @@ async def _cancel_other_tasks() -> None:
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+
+
+class RayWorker:
+    """The dedicated old-logit scorer in a Ray actor (the interface of `dedicated.ProcessWorker`).
+
+    A Ray actor runs one caller's calls in the order they were made, so a version's score
+    requests are answered before the next version's weights load, as with the process's queue;
+    replies are read back in the same order.
+    """
+
+    def __init__(self, model_path: str, num_threads: int, placement: RayPlacement = RayPlacement()) -> None:
+        import ray
+
+        RAY_RUNTIME.acquire(placement.address)
+        self._runtime_held = True
+        actor_class = ray.remote(OldLogitScorer)
+        self._actor = actor_class.options(num_cpus=placement.num_cpus, num_gpus=placement.num_gpus).remote(model_path, num_threads)
+        self._replies: collections.deque = collections.deque()  # refs of score requests, in order
+        self._dead: str | None = None
+        self._probe: Any = None  # an outstanding liveness check (answered after queued requests)
+
+    def send(self, message: tuple) -> None:
+        reference = self._actor.handle.remote(message)
+        if message[0] == "score":
+            self._replies.append(reference)
+
+    def reply(self, timeout_s: float) -> tuple | None:
+        import ray
+
+        if not self._replies:
+            time.sleep(timeout_s)
+            return None
+        ready, _ = ray.wait([self._replies[0]], timeout=timeout_s)
+        if not ready:
+            return None
+        reference = self._replies.popleft()
+        try:
+            return ray.get(reference)
+        except ray.exceptions.RayError as error:
+            self._dead = f"the dedicated old-logit worker's Ray actor failed ({type(error).__name__}: {error})"
+            return None
+
+    def dead_reason(self) -> str | None:
+        """Why the actor cannot score any more; a kill is seen at the latest when its queue drains."""
+        import ray
+
+        if self._dead is not None or self._actor is None:
+            return self._dead
+        if self._probe is None:
+            self._probe = self._actor.__ray_ready__.remote()
+        ready, _ = ray.wait([self._probe], timeout=0)
+        if ready:
+            probe, self._probe = self._probe, None
+            try:
+                ray.get(probe)
+            except ray.exceptions.RayError as error:
+                self._dead = f"the dedicated old-logit worker's Ray actor died ({type(error).__name__})"
+        return self._dead
+
+    def stop(self) -> None:
+        import ray
+
+        actor, self._actor = self._actor, None
+        if actor is not None:
+            ray.kill(actor)
+        if self._runtime_held:
+            self._runtime_held = False
+            RAY_RUNTIME.release()
