@@ -1,4 +1,5 @@
-"""Every Hydra command in the README builds its run: module, datamodule, warm start and trainer.
+"""Every Hydra command in the README and docs/scaling.md builds its run: module, datamodule, warm
+start and trainer (GPU commands only where a GPU is; Hydra's own `hydra...` settings are left out).
 
 The commands are read from the README itself (`python -m lit_asyncrl.train ...` and
 `make train ARGS="..."`), a sweep's comma lists expanded into its jobs, and each is built with
@@ -15,25 +16,30 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.train import build
 from tests.test_configs import compose_train
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+SCALING = README.parent / "docs" / "scaling.md"
 # Placeholders in the README and what stands in for them here.
 PLACEHOLDERS = {"/path/to/local/hf/model": lambda: str(resolve_model_path(None))}
 
 
 def readme_commands() -> list[list[str]]:
-    """Override lists of every Hydra command in the README (one per sweep job)."""
+    """Override lists of every Hydra command in the README and docs/scaling.md (one per sweep job)."""
     commands = []
-    for line in README.read_text().splitlines():
+    text = README.read_text() + "\n" + SCALING.read_text().replace("\\\n", " ")  # continued lines joined
+    for line in text.splitlines():
         line = line.strip().strip("`")
         found = re.search(r"-m lit_asyncrl\.train\b(.*)", line) or re.search(r'make train ARGS="([^"]*)"', line)
         if found is None:
             continue
-        arguments = [token for token in shlex.split(found.group(1), comments=True) if token != "-m"]
+        arguments = [token for token in shlex.split(found.group(1), comments=True) if token != "-m" and not token.startswith("hydra")]
+        if "trainer.accelerator=gpu" in arguments and not torch.cuda.is_available():
+            continue
         if any("<" in token or "=" not in token for token in arguments):
             continue  # prose (words, a <placeholder>), not a command
         choices = [token.split("=", 1) for token in arguments]
