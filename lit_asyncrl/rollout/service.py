@@ -4,8 +4,9 @@ Everything on the generation side (engine, episode runner, producer, buffer, ded
 worker) sits behind `RolloutService`. The Lightning side only ever talks to this protocol: the
 `RolloutDataModule` adapts it to a dataloader, `EngineWeightSync` publishes weights through it,
 the interruption-sync and snapshot routes pause it, score through it or ask it which versions are
-still alive, and `RolloutStatsLogger` logs its `stats()`. A second engine, a remote engine or a Ray
-actor is another implementation of this protocol, never an edit of the module.
+still alive, and `RolloutStatsLogger` logs its `stats()`. Scale-out sits behind it too, never in the
+module: several engines and engines in Ray actors inside `VLLMRolloutService`, and
+`RankZeroRollouts` (this protocol on every DDP rank, served by rank 0's service).
 
 Batch schema (what `next_batch` returns; the module trains on any source that yields it):
 

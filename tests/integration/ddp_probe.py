@@ -8,14 +8,19 @@ import lightning as L
 import torch
 from asyncrl_callbacks import EWMAReference
 
+#: This rank's own step metrics kept per step (a rank's `callback_metrics` hold its local values).
+STEP_METRICS = ("train/ref_behavior_logratio_absmax", "train/nonfinite_tokens", "fidelity/logratio_absmax", "train/version_gap_max")
+
 
 class RankProbe(L.Callback):
-    """Records the group ids of every batch this rank trains on; at the end saves them, the EWMA
-    average, the live weights and (rank 0) the rollout accounting to `<out_dir>/rank<r>.pt`."""
+    """Records the group ids of every batch this rank trains on and its own step metrics; at the
+    end saves them, the EWMA average (when the run has one), the live weights and (rank 0) the
+    rollout accounting to `<out_dir>/rank<r>.pt`."""
 
     def __init__(self, out_dir: str) -> None:
         self.out_dir = Path(out_dir)
         self.group_ids: list[list[int]] = []
+        self.step_metrics: list[dict[str, float]] = []
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # After the datamodule's setup: `rollouts` is the DDP wrapper every rank reads batches from.
@@ -29,11 +34,16 @@ class RankProbe(L.Callback):
 
         rollouts.next_batch = recording_next_batch
 
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+        metrics = trainer.callback_metrics
+        self.step_metrics.append({key: float(metrics[key]) for key in STEP_METRICS if key in metrics})
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        (ewma,) = [callback for callback in trainer.callbacks if isinstance(callback, EWMAReference)]
+        ewmas = [callback for callback in trainer.callbacks if isinstance(callback, EWMAReference)]
         state = {
             "group_ids": self.group_ids,
-            "ewma_average": {name: tensor.clone() for name, tensor in ewma.averaged_parameters.items()},
+            "step_metrics": self.step_metrics,
+            "ewma_average": {name: tensor.clone() for name, tensor in ewmas[0].averaged_parameters.items()} if ewmas else None,
             "live": {name: parameter.detach().clone() for name, parameter in pl_module.policy.named_parameters()},
             "world_size": trainer.world_size,
         }

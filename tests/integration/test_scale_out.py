@@ -9,7 +9,12 @@ import torch
 from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydra
 from tests.integration.test_reference_runs import STALE_RUN
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_scale_out")]
+pytestmark = pytest.mark.engine
+#: Each engine's KV cache takes this share of the RAM (0.2 by default): two runs of two engines
+#: each may share the machine under two test workers.
+SMALL_KV = "rollout.kv_cache_fraction=0.05"
+#: The Ray tests look for Ray processes left behind: one at a time, on one worker.
+one_ray_test_at_a_time = pytest.mark.xdist_group("ray")
 STEPS = 6
 GROUP_SIZE, GROUPS_PER_BATCH = 4, 4  # SMALL_RUN's
 
@@ -24,21 +29,6 @@ def assert_both_engines_generated(rows: list[dict[str, float]], steps: int) -> N
     assert last["rollout/engine_0/groups_started"] >= 2 and last["rollout/engine_1/groups_started"] >= 2
     # Every version reached every engine: the older engine version is the trainer's newest.
     assert last["rollout/engine_version"] == steps
-
-
-def test_two_engines_keep_each_tokens_version_exact(tmp_path):
-    # Snapshot pi_old at each token's own version equals the fp32 engines' mu only if each engine
-    # labels its tokens with the version it really sampled them with (a wrong label: ~1e-2 or more).
-    run_hydra(["experiment=snapshot", "rollout.num_engines=2", f"hydra.run.dir={tmp_path}", *STALE_RUN])
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert len(rows) == 8
-    assert max(row["train/version_gap_max"] for row in rows) >= 1
-    for row in rows:
-        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
-        assert row["train/nonfinite_tokens"] == 0
-        assert_accounting_holds(row)
-    assert rows[-1]["rollout/trained"] == 8 * GROUP_SIZE * GROUPS_PER_BATCH
-    assert_both_engines_generated(read_all_rows(tmp_path / "metrics.csv"), steps=8)
 
 
 def ray_processes() -> list[str]:
@@ -59,7 +49,7 @@ def ray_processes() -> list[str]:
 RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
-@pytest.mark.parametrize("placement", [[], RAY], ids=["local", "ray"])
+@pytest.mark.parametrize("placement", [[], pytest.param(RAY, marks=one_ray_test_at_a_time)], ids=["local", "ray"])
 def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path, placement):
     if placement:
         pytest.importorskip("ray")
@@ -67,6 +57,7 @@ def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path, placem
     run_hydra(
         [
             *placement,
+            SMALL_KV,
             *SMALL_RUN,
             f"trainer.max_steps={STEPS}",
             "trainer.devices=2",
@@ -74,6 +65,9 @@ def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path, placem
             "rollout.num_engines=2",
             "reference=ewma",
             "rollout.max_concurrent_groups=8",  # the engines run ahead: stale tokens, a moving average
+            # The weights move every step even when a batch's rewards are all equal (no advantage),
+            # and the entropy term's global-batch scale is exercised too.
+            "model.entropy_coef=0.01",
             "rollout.eval_instances=4",
             "rollout.eval_samples=4",
             f"hydra.run.dir={tmp_path}/run",
@@ -128,6 +122,7 @@ def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
             "-m",
             "hydra/launcher=parallel",
             "hydra.launcher.n_jobs=2",
+            SMALL_KV,
             "seed=0,1",
             *SMALL_RUN,
             "trainer.max_steps=3",
@@ -146,9 +141,10 @@ def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
     assert started[0] < finished[1] and started[1] < finished[0]
 
 
+@one_ray_test_at_a_time
 def test_the_dedicated_old_logit_worker_as_a_ray_actor_gives_exact_old_logprobs(tmp_path):
     pytest.importorskip("ray")
-    run_hydra(["experiment=dedicated", *RAY, f"hydra.run.dir={tmp_path}", *STALE_RUN])
+    run_hydra(["experiment=dedicated", *RAY, SMALL_KV, f"hydra.run.dir={tmp_path}", *STALE_RUN])
     rows = read_rows(tmp_path / "metrics.csv")
     assert len(rows) == 8
     assert max(row["train/version_gap_max"] for row in rows) >= 1
@@ -159,3 +155,38 @@ def test_the_dedicated_old_logit_worker_as_a_ray_actor_gives_exact_old_logprobs(
         assert_accounting_holds(row)
     assert rows[-1]["dedicated/scored_tokens"] > 0
     assert ray_processes() == []
+
+
+def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path):
+    # Interruption-sync scores the unfinished episodes of both of rank 0's engines at every pause,
+    # and the fidelity shadow keeps snapshots for the versions rank 0 says are live. pi_old at each
+    # token's own version equals the fp32 engines' mu only if each engine labels its tokens with the
+    # version that really sampled them (a wrong label shows ~1e-2 or more): on both ranks, every step.
+    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
+    run_hydra(
+        [
+            "experiment=interrupt_sync",
+            "fidelity=true",
+            "rollout.num_engines=2",
+            "trainer.devices=2",
+            "trainer.strategy=ddp",
+            SMALL_KV,
+            *STALE_RUN,
+            "rollout.eval_instances=4",
+            "rollout.eval_samples=4",
+            f"hydra.run.dir={tmp_path}/run",
+            probe,
+        ]
+    )
+    for rank in (0, 1):
+        steps = torch.load(tmp_path / "probe" / f"rank{rank}.pt")["step_metrics"]
+        assert len(steps) == 8
+        assert max(step["train/version_gap_max"] for step in steps) >= 1, f"rank {rank} saw no stale token"
+        for step in steps:
+            assert step["train/nonfinite_tokens"] == 0
+            assert step["train/ref_behavior_logratio_absmax"] < 1e-4
+            assert step["fidelity/logratio_absmax"] <= 1e-5
+    rows = read_all_rows(tmp_path / "run" / "metrics.csv")
+    for row in (row for row in rows if "rollout/produced" in row):
+        assert_accounting_holds(row)
+    assert_both_engines_generated(rows, steps=8)
