@@ -40,26 +40,19 @@ WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
 
 
 @contextlib.contextmanager
-def _one_omp_thread_in_spawned_processes(active: bool) -> Iterator[None]:
-    """OMP_NUM_THREADS=1 for processes spawned inside the block (read at their start only).
-
-    In-process, the CPU worker skips vLLM's usual thread binding and its `torch.set_num_threads`
-    calls, so the engine core would run one OpenMP thread per core beside the trainer's own, and
-    the two pools' spin-waits slow generation about 5x on a busy 2-core machine (measured: 1,950
-    against 10,700 tokens/s). One thread is what the multiprocess executor's binding gave it.
-    """
-    if not active:
-        yield
-        return
-    saved = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"
+def _spawned_process_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in the environment while the block spawns processes (which read it at their start
+    only); the caller's own values come back after the block, however it ends."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 class EngineDeadError(RuntimeError):
@@ -211,9 +204,19 @@ class VLLMEngine:
             # (its imports cost about 5 s at every start, its exit 2 s at every shutdown). The
             # engine core runs it in-process instead.
             config.parallel_config.distributed_executor_backend = "uni"
+        # The engine core's temp files (vLLM's gloo rendezvous file, vllm_dist_<uuid>) go to this
+        # engine's own dir, which shutdown and, after a SIGKILL, the reaper remove.
+        environment = {"TMPDIR": str(self._weights_dir)}
+        if in_process:
+            # In-process, the CPU worker skips vLLM's usual thread binding and its
+            # `torch.set_num_threads` calls, so the engine core would run one OpenMP thread per core
+            # beside the trainer's own, and the two pools' spin-waits slow generation about 5x on a
+            # busy 2-core machine (measured: 1,950 against 10,700 tokens/s). One thread is what the
+            # multiprocess executor's binding gave it.
+            environment["OMP_NUM_THREADS"] = "1"
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
-        with _one_omp_thread_in_spawned_processes(in_process):
+        with _spawned_process_environment(environment):
             self._llm = AsyncLLM.from_vllm_config(config)
         await self._llm.update_weight_version(str(self.version))
 

@@ -87,8 +87,18 @@ class _RayRuntime:
                 ray.shutdown()
                 self._started_here = False
                 if self._temp_dir is not None:
-                    shutil.rmtree(self._temp_dir, ignore_errors=True)
+                    _remove_dir_written_by_exiting_processes(self._temp_dir)
                     self._temp_dir = None
+
+
+def _remove_dir_written_by_exiting_processes(path: str, timeout_s: float = 15.0) -> None:
+    """Remove `path` while Ray's processes, told to stop, may still write their last log lines
+    into it (one removal can race with them and leave the folder behind)."""
+    deadline = time.monotonic() + timeout_s
+    while Path(path).exists() and time.monotonic() < deadline:
+        shutil.rmtree(path, ignore_errors=True)
+        if Path(path).exists():
+            time.sleep(0.2)
 
 
 RAY_RUNTIME = _RayRuntime()

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,6 +60,7 @@ class Run:
 
     def __init__(self, overrides: list[str], run_dir: Path) -> None:
         self.run_dir = run_dir
+        self.started_at = time.time()
         self.descendants: set[int] = set()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
@@ -122,6 +124,10 @@ class Run:
         while engine_temp_dirs(self.process.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert engine_temp_dirs(self.process.pid) == set()
+        # vLLM's gloo rendezvous file goes to the engine's own dir (removed above), never to /tmp:
+        # none newer than this run's start, whichever test's engine made it.
+        leaked = [p.name for p in Path(tempfile.gettempdir()).glob("vllm_dist_*") if p.stat().st_mtime >= self.started_at]
+        assert leaked == []
 
 
 def _default_sigint() -> None:

@@ -1,27 +1,31 @@
-"""The engine sets OMP_NUM_THREADS=1 only for the processes it spawns, and restores the caller's."""
+"""The engine sets environment values (OMP_NUM_THREADS=1, TMPDIR) only for the processes it spawns,
+and restores the caller's."""
 
 import os
 
 import pytest
 
-from lit_asyncrl.rollout.engine import _one_omp_thread_in_spawned_processes
+from lit_asyncrl.rollout.engine import _spawned_process_environment
 
 
 @pytest.mark.parametrize("before", [None, "2"])
-def test_one_thread_inside_the_block_and_the_callers_value_after(monkeypatch, before):
+def test_the_values_inside_the_block_and_the_callers_after(monkeypatch, before):
     if before is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", before)
-    with _one_omp_thread_in_spawned_processes(True):
+    monkeypatch.setenv("TMPDIR", "/tmp")
+    with _spawned_process_environment({"OMP_NUM_THREADS": "1", "TMPDIR": "/dev/shm/engine"}):
         assert os.environ["OMP_NUM_THREADS"] == "1"
+        assert os.environ["TMPDIR"] == "/dev/shm/engine"
     assert os.environ.get("OMP_NUM_THREADS") == before
+    assert os.environ["TMPDIR"] == "/tmp"
 
 
-def test_an_error_inside_the_block_restores_too_and_inactive_changes_nothing(monkeypatch):
+def test_an_error_inside_the_block_restores_too_and_no_values_change_nothing(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    with pytest.raises(RuntimeError), _one_omp_thread_in_spawned_processes(True):
+    with pytest.raises(RuntimeError), _spawned_process_environment({"OMP_NUM_THREADS": "1"}):
         raise RuntimeError("engine creation failed")
     assert os.environ["OMP_NUM_THREADS"] == "4"
-    with _one_omp_thread_in_spawned_processes(False):
+    with _spawned_process_environment({}):
         assert os.environ["OMP_NUM_THREADS"] == "4"
