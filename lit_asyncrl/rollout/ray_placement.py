@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import shutil
 import tempfile
@@ -84,11 +85,40 @@ class _RayRuntime:
         with self._lock:
             self._users -= 1
             if self._users == 0 and self._started_here:
+                started = _ray_processes_started_here()
                 ray.shutdown()
+                _wait_until_gone(started)
                 self._started_here = False
                 if self._temp_dir is not None:
                     _remove_dir_written_by_exiting_processes(self._temp_dir)
                     self._temp_dir = None
+
+
+def _ray_processes_started_here() -> list:
+    """The local Ray instance's processes (GCS server, raylet, workers): this process's descendants."""
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if "ray::" in command or "gcs_server" in command or "raylet" in command or "/ray/" in command:
+            found.append(child)
+    return found
+
+
+def _wait_until_gone(processes: list, timeout_s: float = 15.0) -> None:
+    """`ray.shutdown` asks its processes to stop and returns before they have: wait for them (the
+    run must leave none behind), and kill what is still there after `timeout_s`."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 def _remove_dir_written_by_exiting_processes(path: str, timeout_s: float = 15.0) -> None:

@@ -235,8 +235,9 @@ def test_sigkill_of_the_trainer_leaves_no_engine_and_no_temp_dir(tmp_path):
 
 def test_an_engine_that_stops_answering_fails_the_run_within_the_stall_timeout(tmp_path):
     # SIGSTOP freezes the engine core: its processes live on, but no token comes. The run reports
-    # it within the configured stall timeout (5 s here) and still leaves no process behind.
-    run = Run(["trainer.max_steps=500", "rollout.engine_stall_timeout_s=5"], tmp_path)
+    # it within the configured stall timeout (10 s here: a healthy engine beside the other test
+    # worker's runs went 6 s without output once) and still leaves no process behind.
+    run = Run(["trainer.max_steps=500", "rollout.engine_stall_timeout_s=10"], tmp_path)
     run.wait_for_training()
     (engine_core,) = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]
     os.kill(engine_core, signal.SIGSTOP)
