@@ -79,7 +79,6 @@ class RankZeroRollouts:
         self.service, self.rank, self.world_size = service, rank, world_size
         self.max_version_gap = service.max_version_gap
         self.weight_sync_every = service.weight_sync_every
-        self.groups_per_batch = getattr(service, "groups_per_batch", None)
         self._group: Any = None
 
     @property
