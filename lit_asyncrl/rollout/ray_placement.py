@@ -299,20 +299,10 @@ class RayEngine:
 
     # -- generation (called inside the local loop) ------------------------------------------
     async def generate(
-        self,
-        prompt_ids: Sequence[int],
-        *,
-        max_tokens: int,
-        temperature: float,
-        top_k: int = -1,
-        stop_token_ids: Sequence[int] = (),
-        ignore_eos: bool = False,
-        on_tokens: Callable[[list[int], list[float]], None] | None = None,
+        self, prompt_ids: Sequence[int], *, on_tokens: Callable[[list[int], list[float]], None] | None = None, **sampling: Any
     ) -> TurnOutput:
-        """One turn sampled by the actor's engine, streamed here piece by piece (as `VLLMEngine.generate`)."""
-        sampling = dict(
-            max_tokens=max_tokens, temperature=temperature, top_k=top_k, stop_token_ids=list(stop_token_ids), ignore_eos=ignore_eos
-        )
+        """`VLLMEngine.generate` (the same sampling arguments), sampled by the actor's engine and
+        streamed here piece by piece."""
         stream = self._actor.generate_stream.options(num_returns="streaming").remote(list(prompt_ids), sampling)
         async for reference in stream:
             piece = await reference
