@@ -49,10 +49,18 @@ def ray_processes() -> list[str]:
 RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
-@pytest.mark.parametrize("placement", [[], pytest.param(RAY, marks=one_ray_test_at_a_time)], ids=["local", "ray"])
-def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path, placement):
-    if placement:
-        pytest.importorskip("ray")
+def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
+    check_two_ddp_processes_on_two_engines(tmp_path, placement=[])
+
+
+# A test of its own, not a parameter: xdist's loadgroup does not see a group mark given to a parameter.
+@one_ray_test_at_a_time
+def test_two_ddp_processes_on_two_engines_as_ray_actors_train_each_group_once(tmp_path):
+    pytest.importorskip("ray")
+    check_two_ddp_processes_on_two_engines(tmp_path, placement=RAY)
+
+
+def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str]) -> None:
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
         [
