@@ -53,7 +53,7 @@ def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
     check_two_ddp_processes_on_two_engines(tmp_path, placement=[])
 
 
-# A test of its own, not a parameter: xdist's loadgroup does not see a group mark given to a parameter.
+# Its own test (not a parameter of the one above), so its group mark reads plainly.
 @one_ray_test_at_a_time
 def test_two_ddp_processes_on_two_engines_as_ray_actors_train_each_group_once(tmp_path):
     pytest.importorskip("ray")
