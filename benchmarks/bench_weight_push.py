@@ -1,11 +1,13 @@
-"""The weight push (pause, load, relabel, resume) against a plain copy of the same bytes.
+"""The weight push (pause, load, relabel, resume) by its two CPU routes, against a plain copy of
+the same bytes.
 
-For each model, one real vLLM engine (fp32) is started and the trainer's state dict is pushed
-with `VLLMEngine.push_weights`, interleaved with a plain copy of the same tensors into
-preallocated buffers (`torch._foreach_copy_`), after warm-up rounds. Printed per model: the push
-split into its trainer-side write (safetensors into /dev/shm) and the engine's pause (pause,
-layer-wise reload, relabel, resume), the copy, and push / copy against the target of 2x. The
-0.3M tiny policy shows the push's fixed cost.
+For each model, two real vLLM engines (fp32) are started, one per route (`rollout.weight_transfer`):
+`file` (a safetensors file in /dev/shm, reloaded by the engine) and `gloo` (vLLM's weight-transfer
+API over a gloo group). Each round pushes the trainer's state dict to both with
+`VLLMEngine.push_weights` (the order alternates) and makes a plain copy of the same tensors into
+preallocated buffers (`torch._foreach_copy_`), after warm-up rounds. Printed per model and route:
+the push split into its trainer-side write (file only) and the engine's pause, push / copy against
+the target of 2x, and gloo / file. The 0.3M tiny policy shows the push's fixed cost.
 
     .venv/bin/python benchmarks/bench_weight_push.py            # 0.3M, 25M and SmolLM2-135M (~4 min on 2 cores)
     .venv/bin/python benchmarks/bench_weight_push.py --quick    # 0.3M and 25M, fewer repeats
@@ -25,6 +27,7 @@ from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy, resolve_mode
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
 
 TARGET = 2.0
+ROUTES = ("file", "gloo")
 # ~25M parameters with the tiny policy's architecture and tokenizer (3.1M per layer).
 MEDIUM = TinyPolicyConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1536)
 
@@ -35,35 +38,42 @@ def measure(name: str, path, repeats: int, warmup: int) -> dict:
     tensors = list({id(t): t for t in state.values()}.values())  # tied tensors once
     buffers = [torch.empty_like(t) for t in tensors]
     size_gb = sum(t.numel() * t.element_size() for t in tensors) / 1e9
-    engine = VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256))
-    engine.start()
-    writes, pauses, pushes, copies = [], [], [], []
+    engines = {route: VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256, weight_transfer=route)) for route in ROUTES}
+    timings: dict[str, dict[str, list[float]]] = {route: {"write_s": [], "pause_s": [], "push_s": []} for route in ROUTES}
+    copies = []
     try:
+        for engine in engines.values():
+            engine.start()
         for round_ in range(warmup + repeats):
-            started = time.perf_counter()
-            timings = engine.push_weights(state, version=round_ + 1)
-            push_s = time.perf_counter() - started
+            for route in ROUTES if round_ % 2 == 0 else ROUTES[::-1]:
+                started = time.perf_counter()
+                pushed = engines[route].push_weights(state, version=round_ + 1)
+                if round_ >= warmup:
+                    timings[route]["push_s"].append(time.perf_counter() - started)
+                    timings[route]["write_s"].append(pushed["write_s"])
+                    timings[route]["pause_s"].append(pushed["pause_s"])
             started = time.perf_counter()
             torch._foreach_copy_(buffers, tensors)
-            copy_s = time.perf_counter() - started
             if round_ >= warmup:
-                writes.append(timings["write_s"])
-                pauses.append(timings["pause_s"])
-                pushes.append(push_s)
-                copies.append(copy_s)
+                copies.append(time.perf_counter() - started)
     finally:
-        engine.shutdown()
+        for engine in engines.values():
+            engine.shutdown()
     params = sum(p.numel() for p in model.parameters())
-    return {
-        "model": name,
-        "params_m": params / 1e6,
-        "gb": size_gb,
-        "write_s": statistics.median(writes),
-        "pause_s": statistics.median(pauses),
-        "push_s": statistics.median(pushes),
-        "copy_s": statistics.median(copies),
-        "ratio": statistics.median(p / c for p, c in zip(pushes, copies)),
+    rows = {
+        route: {
+            "model": name,
+            "route": route,
+            "params_m": params / 1e6,
+            "gb": size_gb,
+            **{key: statistics.median(values) for key, values in timings[route].items()},
+            "copy_s": statistics.median(copies),
+            "ratio": statistics.median(p / c for p, c in zip(timings[route]["push_s"], copies)),
+        }
+        for route in ROUTES
     }
+    rows["gloo"]["against_file"] = statistics.median(g / f for g, f in zip(timings["gloo"]["push_s"], timings["file"]["push_s"]))
+    return list(rows.values())
 
 
 def main() -> None:
@@ -79,14 +89,15 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {repeats}, warm-up {args.warmup}, load {os.getloadavg()[0]:.2f}"
     )
-    rows = [measure(name, path, repeats, args.warmup) for name, path in models]
-    print("| model | params | GB pushed | write s | engine pause s | push s | plain copy s | push / copy | target |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    rows = [row for name, path in models for row in measure(name, path, repeats, args.warmup)]
+    print("| model | route | params | GB pushed | write s | engine pause s | push s | plain copy s | push / copy | target | gloo / file |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|")
     for row in rows:
         verdict = "ok" if row["ratio"] <= TARGET else "missed"
+        against = f"{row['against_file']:.2f}" if "against_file" in row else ""
         print(
-            f"| {row['model']} | {row['params_m']:.1f}M | {row['gb']:.3f} | {row['write_s']:.3f} | {row['pause_s']:.3f} | "
-            f"{row['push_s']:.3f} | {row['copy_s']:.4f} | {row['ratio']:.0f}x | {TARGET:g}x {verdict} |"
+            f"| {row['model']} | {row['route']} | {row['params_m']:.1f}M | {row['gb']:.3f} | {row['write_s']:.3f} | {row['pause_s']:.3f} | "
+            f"{row['push_s']:.3f} | {row['copy_s']:.4f} | {row['ratio']:.0f}x | {TARGET:g}x {verdict} | {against} |"
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.util
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
+from lit_asyncrl.rollout.weight_transfer import select_weight_transfer
 
 
 class RolloutDataModule(L.LightningDataModule):
@@ -34,6 +36,7 @@ class RolloutDataModule(L.LightningDataModule):
         env: the task (None = guess-the-number).
         group_size ... top_k, seed: the rollout settings, documented on `VLLMRolloutService`.
         dtype, max_model_len, kv_cache_fraction: engine settings (`EngineConfig`).
+        kv_cache_gib: each engine's KV cache in GiB; when set, used instead of `kv_cache_fraction`.
         engine_log_level: vLLM's log level ("ERROR" hides its per-push lines; "INFO" shows all).
         batch_timeout_s: how long the trainer waits for a batch before failing loudly.
         eval_instances: held-out instances per validation (fewer if the task's held-out split is
@@ -60,6 +63,8 @@ class RolloutDataModule(L.LightningDataModule):
             and the old-logit worker's; fractions share a core or a GPU).
         tensor_parallel_size, data_parallel_size: vLLM's tensor and data parallelism inside each
             engine (GPUs only; passed through to vLLM).
+        weight_transfer: how weights reach the engines: "file", "gloo", "nccl", "ipc" or "auto"
+            (`lit_asyncrl.rollout.weight_transfer.select_weight_transfer`).
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class RolloutDataModule(L.LightningDataModule):
         dtype: str = "float32",
         max_model_len: int = 256,
         kv_cache_fraction: float = 0.2,
+        kv_cache_gib: float | None = None,
         engine_log_level: str = "ERROR",
         seed: int = 0,
         batch_timeout_s: float = 600.0,
@@ -96,11 +102,14 @@ class RolloutDataModule(L.LightningDataModule):
         ray_gpus_per_engine: float = 0.0,
         tensor_parallel_size: int = 1,
         data_parallel_size: int = 1,
+        weight_transfer: str = "auto",
     ) -> None:
         super().__init__()
         _validate(group_size, groups_per_batch, max_version_gap, buffer_capacity, mode, weight_sync_every, temperature, engine_log_level)
         _validate_eval(eval_instances, eval_samples, eval_k)
         _validate_engine(dtype, max_model_len, kv_cache_fraction, max_concurrent_groups, top_k)
+        if kv_cache_gib is not None and not kv_cache_gib > 0:
+            raise ValueError(f"data.kv_cache_gib must be > 0 or null, got {kv_cache_gib}")
         if not 0.0 <= env_failure_limit <= 1.0:
             raise ValueError(f"data.env_failure_limit must be in [0, 1], got {env_failure_limit}")
         _require_int("env_failure_window", env_failure_window, 1)
@@ -118,14 +127,19 @@ class RolloutDataModule(L.LightningDataModule):
             dtype=dtype,
             max_model_len=max_model_len,
             kv_cache_fraction=kv_cache_fraction,
+            kv_cache_bytes=None if kv_cache_gib is None else int(kv_cache_gib * 2**30),
             seed=seed,
             log_level=engine_log_level,
             stall_timeout_s=engine_stall_timeout_s,
             tensor_parallel_size=tensor_parallel_size,
             data_parallel_size=data_parallel_size,
+            # One trainer process assumed here, so that a bad value fails now; `setup` chooses
+            # again once the trainer's world size is known.
+            weight_transfer=select_weight_transfer(weight_transfer, _trainer_device_type(), placement, trainer_processes=1),
         )
+        self.weight_transfer, self.placement = weight_transfer, placement
         if placement == "local":  # vLLM's parallelism inside an engine, checked where it will run (a Ray actor checks its own)
-            parallelism_args(engine_config, "cuda" if torch.cuda.is_available() else "cpu")
+            parallelism_args(engine_config, _trainer_device_type())
         self.rollouts: RolloutService = VLLMRolloutService(
             self.model_path,
             self.env,
@@ -153,6 +167,8 @@ class RolloutDataModule(L.LightningDataModule):
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1 and not isinstance(self.rollouts, RankZeroRollouts):
             check_batch_splits(self.rollouts.groups_per_batch, trainer.world_size)
+            route = select_weight_transfer(self.weight_transfer, _trainer_device_type(), self.placement, trainer.world_size)
+            self.rollouts.engine_config = dataclasses.replace(self.rollouts.engine_config, weight_transfer=route)
             self.rollouts = RankZeroRollouts(self.rollouts, rank=trainer.global_rank, world_size=trainer.world_size)
 
     def state_dict(self) -> dict:
@@ -204,6 +220,10 @@ class _HeldOutEvaluation(IterableDataset):
         for start in range(0, len(self.instances), self.chunk_size):
             chunk = self.instances[start : start + self.chunk_size]
             yield {**self.rollouts.evaluate(chunk, self.samples, self.timeout_s), "k": self.k}
+
+
+def _trainer_device_type() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _placement(placement: str, ray_address: str | None, num_cpus: float, num_gpus: float) -> dict:

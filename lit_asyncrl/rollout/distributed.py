@@ -133,6 +133,8 @@ class RankZeroRollouts:
 
     def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         # DDP keeps every replica's weights equal: the host's push serves all ranks.
+        if version % self.service.weight_sync_every == 0:
+            weights = whole_tensors(weights)
         return self.service.publish_weights(weights, version) if self.is_host else {}
 
     def live_versions(self) -> list[int]:
@@ -160,3 +162,16 @@ class RankZeroRollouts:
 
     def close(self) -> None:
         self.service.close()  # no collective: close runs on every way out, failures included
+
+
+def whole_tensors(weights: Mapping[str, torch.Tensor]) -> Mapping[str, torch.Tensor]:
+    """`weights` with each sharded tensor (FSDP2's DTensor) gathered whole.
+
+    Gathering is a collective: every rank runs it, in the same order, though only rank 0 pushes
+    the result. Plain tensors (DDP, one process) are returned as they are, without a copy.
+    """
+    from vllm.distributed.weight_transfer.base import materialize_full_tensor
+
+    if not any(callable(getattr(tensor, "full_tensor", None)) for tensor in weights.values()):
+        return weights
+    return {name: materialize_full_tensor(tensor) for name, tensor in weights.items()}

@@ -3,9 +3,9 @@
 The trainer thread talks to it through thread-safe calls (`run`, `push_weights`); episodes run as
 asyncio tasks inside the engine loop, so many multi-turn episodes stream concurrently.
 
-Weights reach the engine in place (shared/notes/vllm-cpu.md): the trainer writes a safetensors file
-(to /dev/shm where it exists), then the engine pauses with in-flight requests kept and their KV
-cache cleared, reloads layer-wise, takes the new version label and resumes. Clearing the cache is
+Weights reach the engine in place: the engine pauses with in-flight requests kept and their KV
+cache cleared, loads the new weights layer-wise (from a safetensors file in /dev/shm, or over
+vLLM's weight-transfer API: `weight_transfer.py`), takes the new version label and resumes. Clearing the cache is
 what makes every token after the resume come from the new weights only, so the version label on a
 token is the version that sampled it (a kept stale KV would mix two versions).
 """
@@ -34,6 +34,7 @@ import torch
 from safetensors.torch import save_file
 
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
+from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, weights_for_engine
 
 T = TypeVar("T")
 WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
@@ -66,6 +67,10 @@ class EngineConfig:
     dtype: str = "float32"  # "bfloat16" gives a real train-inference discrepancy
     max_model_len: int = 256
     kv_cache_fraction: float = 0.2  # vLLM's gpu_memory_utilization: on CPU, the RAM share for KV
+    #: A fixed KV cache size instead (vLLM's kv_cache_memory_bytes). On CPU vLLM sizes the cache as
+    #: the fraction of the NUMA node's memory minus the engine process's own, which on a small or
+    #: ballooning machine can come out negative; a size in bytes does not depend on the machine.
+    kv_cache_bytes: int | None = None
     max_num_seqs: int = 256
     seed: int = 0
     enforce_eager: bool = True
@@ -82,6 +87,16 @@ class EngineConfig:
     #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
+    #: How weights reach the engine (`weight_transfer.py`): "file", or a backend of vLLM's
+    #: weight-transfer API, "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
+    weight_transfer: str = "file"
+
+    def torch_dtype(self) -> torch.dtype:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
+
+    def engine_workers(self) -> int:
+        """vLLM's workers in one engine (each joins a weight transfer's group)."""
+        return self.tensor_parallel_size * self.data_parallel_size
 
 
 def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
@@ -100,6 +115,29 @@ def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
             "vLLM's parallelism inside an engine needs GPUs; on CPU use rollout.num_engines for more engines"
         )
     return sizes
+
+
+def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
+    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`."""
+    from vllm import AsyncEngineArgs
+    from vllm.config import WeightTransferConfig
+
+    return AsyncEngineArgs(
+        model=model_path,
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        gpu_memory_utilization=config.kv_cache_fraction,
+        kv_cache_memory_bytes=config.kv_cache_bytes,
+        max_num_seqs=config.max_num_seqs,
+        seed=config.seed,
+        enforce_eager=config.enforce_eager,
+        use_tqdm_on_load=False,
+        # mu must be the log-prob of the distribution actually sampled (temperature applied).
+        logprobs_mode="processed_logprobs",
+        # The `file` route reloads from disk; every other route is a backend of vLLM's weight-transfer API.
+        weight_transfer_config=None if config.weight_transfer == "file" else WeightTransferConfig(backend=config.weight_transfer),
+        **parallelism_args(config, device_type),
+    )
 
 
 @dataclasses.dataclass
@@ -132,6 +170,11 @@ class VLLMEngine:
         self._requests_in_flight = 0
         self._last_progress = time.monotonic()
         self._paused = False
+        self._sender = (
+            None
+            if config.weight_transfer == "file"
+            else WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -180,22 +223,9 @@ class VLLMEngine:
         self._loop.run_forever()
 
     async def _create_llm(self) -> Any:
-        from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(
-            model=self.model_path,
-            dtype=self.config.dtype,
-            max_model_len=self.config.max_model_len,
-            gpu_memory_utilization=self.config.kv_cache_fraction,
-            max_num_seqs=self.config.max_num_seqs,
-            seed=self.config.seed,
-            enforce_eager=self.config.enforce_eager,
-            use_tqdm_on_load=False,
-            # mu must be the log-prob of the distribution actually sampled (temperature applied).
-            logprobs_mode="processed_logprobs",
-            **parallelism_args(self.config, _device_type()),
-        )
+        args = engine_args(self.model_path, self.config, _device_type())
         config = args.create_engine_config()
         in_process = self.config.worker_in_engine_process and config.device_config.device_type == "cpu"
         if in_process:
@@ -228,6 +258,8 @@ class VLLMEngine:
         a half-made engine from its own loop would cancel the start and strand the shutdown.
         """
         try:
+            if self._sender is not None:
+                self._sender.close()
             if self._thread is not None and not self._started.wait(startup_timeout_s):
                 raise TimeoutError(f"the vLLM engine neither started nor failed within {startup_timeout_s} s")
             if self._loop is not None and not self._loop.is_running() and self._llm is not None:
@@ -366,8 +398,10 @@ class VLLMEngine:
         """Load `state_dict` into the engine in place and label what follows `version`.
 
         Returns timings in seconds: `write_s` (trainer side, engine still running) and `pause_s`
-        (pause -> reload -> relabel -> resume, the time the engine stands still).
+        (the time the engine stands still: pause -> load -> relabel -> resume).
         """
+        if self._sender is not None:
+            return self._send_weights(state_dict, version)
         start = time.perf_counter()
         path = self._write_weights(state_dict)
         written = time.perf_counter()
@@ -375,12 +409,33 @@ class VLLMEngine:
         self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
         return {"write_s": written - start, "pause_s": time.perf_counter() - written}
 
+    def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """The push over vLLM's weight-transfer API: the engine stands still while the tensors travel."""
+        start = time.perf_counter()
+        self.pause()
+        try:
+            self._sender.push(state_dict, self.weight_sync_client())
+            self.set_version(version)
+        finally:
+            if self.dead_reason() is None:
+                self.resume()
+        return {"write_s": 0.0, "pause_s": time.perf_counter() - start}
+
+    def weight_sync_client(self) -> EngineWeightSyncClient:
+        """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
+        return EngineWeightSyncClient(
+            lambda coroutine: self.run(coroutine, timeout_s=self.config.stall_timeout_s, stalled="a weight push"), self._llm
+        )
+
+    def set_version(self, version: int) -> None:
+        """Label what the engine samples from now on `version` (after weights arrived another way)."""
+        self.run(self._llm.update_weight_version(str(version)), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+        self.version = version
+
     def _write_weights(self, state_dict: Mapping[str, torch.Tensor]) -> Path:
-        tensors = {name: tensor.detach().to("cpu", self._torch_dtype()).contiguous().clone() for name, tensor in state_dict.items()}
-        # Tied embeddings: vLLM's reload refreshes the embedding but not the re-packed lm_head,
-        # so lm_head.weight is always sent explicitly (notes: otherwise logits are silently wrong).
-        if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
-            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        tensors = {
+            name: tensor.to("cpu").contiguous().clone() for name, tensor in weights_for_engine(state_dict, self._torch_dtype()).items()
+        }
         path = self._weights_dir / "model.safetensors"
         save_file(tensors, str(path))
         return path
@@ -408,7 +463,7 @@ class VLLMEngine:
             self._progress()
 
     def _torch_dtype(self) -> torch.dtype:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.config.dtype]
+        return self.config.torch_dtype()
 
 
 def run_watched(

@@ -31,6 +31,7 @@ import torch
 
 from lit_asyncrl.rollout.dedicated import OldLogitScorer
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, TurnOutput, VLLMEngine, run_watched
+from lit_asyncrl.rollout.weight_transfer import WeightSender
 
 T = TypeVar("T")
 
@@ -173,6 +174,23 @@ class EngineActor:
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         return self.engine.push_weights(state_dict, version)
 
+    # vLLM's weight-sync control plane under the names its `RayVLLMWeightSyncClient` calls, so
+    # the trainer drives this actor's engine through vLLM's own client (`RayEngine.push_weights`).
+    def init_weight_transfer_engine(self, request: Any) -> None:
+        self.engine.weight_sync_client().init_weight_transfer_engine(request.init_info)
+
+    def start_weight_update(self) -> None:
+        self.engine.weight_sync_client().start_weight_update()
+
+    def update_weights(self, request: Any) -> None:
+        self.engine.weight_sync_client().update_weights(request.update_info)
+
+    def finish_weight_update(self) -> None:
+        self.engine.weight_sync_client().finish_weight_update()
+
+    def update_weight_version(self, version: str) -> None:
+        self.engine.set_version(int(version))
+
     def pause(self) -> int:
         """Pause the engine; returns how many pieces it produced before (all now on their way)."""
         self.engine.pause()
@@ -212,6 +230,13 @@ class RayEngine:
         self._checked_at = 0.0
         #: Streamed pieces added to their trajectories here (on the local loop).
         self._pieces_received = 0
+        #: The trainer side of vLLM's weight-transfer API (None for the `file` route, which
+        #: ships the tensors through Ray's object store).
+        self._sender = (
+            None
+            if config.weight_transfer == "file"
+            else WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -316,9 +341,12 @@ class RayEngine:
 
     # -- weights (called from the trainer thread) --------------------------------------------
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """The actor's engine loads `state_dict` in place as `version` (sent through Ray's object store)."""
+        """The actor's engine loads `state_dict` in place as `version`: over vLLM's weight-transfer
+        API, driven through vLLM's Ray client, or else sent through Ray's object store."""
         import ray
 
+        if self._sender is not None:
+            return self._send_weights(state_dict, version)
         start = time.perf_counter()
         tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
         try:
@@ -332,6 +360,26 @@ class RayEngine:
         self.version = version
         # `write_s` here also counts the trip through Ray's object store.
         return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"]}
+
+    def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        import ray
+        from vllm.distributed.weight_transfer import RayVLLMWeightSyncClient
+
+        if self._sender.address == "127.0.0.1" and self.placement.address is not None:
+            # On a cluster the actor may be on another node: it joins the trainer's rendezvous there.
+            self._sender.address = ray.util.get_node_ip_address()
+        start = time.perf_counter()
+        self.pause()
+        try:
+            self._sender.push(state_dict, RayVLLMWeightSyncClient(self._actor))
+            self.version = version
+            self._call("update_weight_version", str(version))
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
+        finally:
+            if self.dead_reason() is None:
+                self.resume()
+        return {"write_s": 0.0, "pause_s": time.perf_counter() - start}
 
     def pause(self) -> None:
         """Pause the actor's engine, then wait here until every piece it streamed before the pause
@@ -348,11 +396,11 @@ class RayEngine:
     def resume(self) -> None:
         self._call("resume")
 
-    def _call(self, method: str) -> Any:
+    def _call(self, method: str, *args: Any) -> Any:
         import ray
 
         try:
-            return ray.get(getattr(self._actor, method).remote(), timeout=self.config.stall_timeout_s)
+            return ray.get(getattr(self._actor, method).remote(*args), timeout=self.config.stall_timeout_s)
         except ray.exceptions.RayError as error:
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error
 

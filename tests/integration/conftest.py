@@ -11,9 +11,9 @@ def tiny_model_path():
     return resolve_model_path(None)
 
 
-def started_engine(model_path, dtype: str = "float32") -> VLLMEngine:
+def started_engine(model_path, dtype: str = "float32", weight_transfer: str = "file") -> VLLMEngine:
     """A started engine on `model_path` (~20 s for the tiny policy); the caller shuts it down."""
-    engine = VLLMEngine(model_path, EngineConfig(dtype=dtype, max_model_len=256))
+    engine = VLLMEngine(model_path, EngineConfig(dtype=dtype, max_model_len=256, weight_transfer=weight_transfer))
     engine.start()
     return engine
 

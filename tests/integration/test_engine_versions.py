@@ -25,9 +25,15 @@ def head_model_path(request):
     return path
 
 
+@pytest.fixture(scope="module", params=["file", "gloo"])
+def weight_transfer(request):
+    """Both CPU routes of a weight push: a file the engine reloads, and vLLM's weight-transfer API over gloo."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def head_engine(head_model_path):
-    engine = started_engine(head_model_path)
+def head_engine(head_model_path, weight_transfer):
+    engine = started_engine(head_model_path, weight_transfer=weight_transfer)
     yield engine
     engine.shutdown()
 
@@ -39,8 +45,8 @@ def trainer_logprobs(model, prompt, turn, temperature):
 
 
 def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(head_engine, head_model_path):
-    """The weight push sends what vLLM's loader expects for a tied and an untied head: a head
-    left stale would make the new version's tokens miss the trainer's log-probs."""
+    """The weight push, by either route, sends what vLLM's loader expects for a tied and an untied
+    head: a head left stale would make the new version's tokens miss the trainer's log-probs."""
     engine, tiny_model_path = head_engine, head_model_path
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     old_version = engine.version
