@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning as L
 
 from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.fsdp import check_reference_supported
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.distributed import check_batch_splits
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
@@ -14,6 +15,7 @@ def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer
     """Combinations of module, data and trainer settings, refused before anything starts."""
     module.reference.check_rollout_settings(datamodule.rollouts.max_version_gap)
     check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
+    check_reference_supported(trainer.strategy, module.reference, fidelity=module.fidelity is not None)
 
 
 def launch_and_warm_start(

@@ -13,6 +13,7 @@ from torchmetrics import MeanMetric
 
 from lit_asyncrl.eval_metrics import AvgAtK, PassAtK
 from lit_asyncrl.fidelity import ReferenceFidelity
+from lit_asyncrl.fsdp import FSDP2Strategy, shard_policy
 from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.losses.aggregation import global_batch_scale
@@ -78,6 +79,11 @@ class AsyncRLModule(L.LightningModule):
         self.eval_metrics = torch.nn.ModuleDict()
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
+
+    def configure_model(self) -> None:
+        # Under trainer.strategy=fsdp2 (Lightning's ModelParallelStrategy) the module shards itself.
+        if isinstance(self._trainer.strategy if self._trainer else None, FSDP2Strategy):
+            shard_policy(self.policy, self.device_mesh["data_parallel"])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         trainable = [parameter for parameter in self.policy.parameters() if parameter.requires_grad]

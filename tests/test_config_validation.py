@@ -21,6 +21,8 @@ from lit_asyncrl.module import AsyncRLModule
         ({"mode": "sync", "weight_sync_every": 2}, "data.weight_sync_every"),
         ({"temperature": 0.0}, "data.temperature"),
         ({"group_size": 0}, "data.group_size"),
+        ({"kv_cache_gib": 0}, "data.kv_cache_gib"),
+        ({"weight_transfer": "nccl"}, "rollout.weight_transfer"),  # no CUDA on this machine
     ],
 )
 def test_datamodule_rejects_bad_config_before_the_engine(kwargs, key):
@@ -40,6 +42,26 @@ def test_datamodule_rejects_bad_config_before_the_engine(kwargs, key):
 def test_module_rejects_bad_config(kwargs, fragment):
     with pytest.raises((ValueError, TypeError), match=re.escape(fragment)):
         AsyncRLModule(**kwargs)
+
+
+def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_is_known(monkeypatch):
+    """On a GPU machine `auto` means IPC for one process beside its engine; under DDP only rank 0
+    pushes, so it turns into NCCL, and an explicit `ipc` is refused, naming the key."""
+    from types import SimpleNamespace
+
+    import lit_asyncrl.datamodule as datamodule
+
+    monkeypatch.setattr(datamodule, "_trainer_device_type", lambda: "cuda")
+    for requested, alone, under_ddp in (("auto", "ipc", "nccl"), ("gloo", "gloo", "gloo"), ("ipc", "ipc", None)):
+        data = RolloutDataModule(weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16)
+        assert data.rollouts.engine_config.weight_transfer == alone
+        data.trainer = SimpleNamespace(world_size=2, global_rank=1)
+        if under_ddp is None:
+            with pytest.raises(ValueError, match=r"rollout\.weight_transfer=ipc with 2 trainer processes"):
+                data.setup("fit")
+        else:
+            data.setup("fit")
+            assert data.rollouts.service.engine_config.weight_transfer == under_ddp
 
 
 def test_inverted_bounds_name_the_argument():

@@ -124,6 +124,7 @@ class RankZeroRollouts:
             self.service.launch_early()
 
     def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
+        weights = whole_tensors(weights)  # every rank joins the gathers of sharded (FSDP2) weights
         if self.is_host:
             self.service.start(weights, version, train)
 

@@ -1,4 +1,4 @@
-"""A callback the scale-out test adds to a DDP run: what each rank trained on, and its EWMA state."""
+"""A callback the scale-out test adds to a DDP or FSDP2 run: what each rank trained on, and its EWMA state."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from pathlib import Path
 import lightning as L
 import torch
 from asyncrl_callbacks import EWMAReference
+
+from lit_asyncrl.rollout.distributed import whole_tensors
 
 #: This rank's own step metrics kept per step (a rank's `callback_metrics` hold its local values).
 STEP_METRICS = ("train/ref_behavior_logratio_absmax", "train/nonfinite_tokens", "fidelity/logratio_absmax", "train/version_gap_max")
@@ -44,10 +46,18 @@ class RankProbe(L.Callback):
             "group_ids": self.group_ids,
             "step_metrics": self.step_metrics,
             "ewma_average": {name: tensor.clone() for name, tensor in ewmas[0].averaged_parameters.items()} if ewmas else None,
-            "live": {name: parameter.detach().clone() for name, parameter in pl_module.policy.named_parameters()},
+            # Gathered whole under FSDP2 (a collective every rank joins; plain tensors pass as they are).
+            "live": {name: tensor.detach().clone() for name, tensor in whole_tensors(dict(pl_module.policy.named_parameters())).items()},
+            # What this rank itself holds: its shards under FSDP2, everything under DDP.
+            "local_numel": sum(_local(parameter).numel() for parameter in pl_module.policy.parameters()),
             "world_size": trainer.world_size,
         }
         if trainer.global_rank == 0:
             state["counts"] = trainer.datamodule.rollouts.buffer.counts()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         torch.save(state, self.out_dir / f"rank{trainer.global_rank}.pt")
+
+
+def _local(parameter: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(parameter, "to_local", None)
+    return to_local() if callable(to_local) else parameter

@@ -62,6 +62,28 @@ def test_two_ddp_processes_on_two_engines_as_ray_actors_train_each_group_once(tm
     check_two_ddp_processes_on_two_engines(tmp_path, placement=RAY)
 
 
+def load_probes_and_check_each_group_trained_once(probe_dir: Path) -> list[dict]:
+    """The two ranks' probes, after checking that each step dealt the global batch (4 groups of 4)
+    as 2 whole groups to each rank, that no group was trained twice, on one rank or across both,
+    and that the one buffer's accounting counts what both ranks trained."""
+    ranks = [torch.load(probe_dir / f"rank{rank}.pt") for rank in (0, 1)]
+    assert [state["world_size"] for state in ranks] == [2, 2]
+    seen: set[int] = set()
+    for step in range(STEPS):
+        shards = [ranks[rank]["group_ids"][step] for rank in (0, 1)]
+        for ids in shards:
+            assert len(ids) == 2 * GROUP_SIZE and len(set(ids)) == 2
+            assert all(ids.count(group) == GROUP_SIZE for group in set(ids))  # whole groups
+        step_groups = set(shards[0]) | set(shards[1])
+        assert len(step_groups) == GROUPS_PER_BATCH and not step_groups & seen
+        seen |= step_groups
+    counts = ranks[0]["counts"]
+    trained_on_ranks = sum(len(ids) for state in ranks for ids in state["group_ids"])
+    assert counts["trained"] == trained_on_ranks == STEPS * GROUPS_PER_BATCH * GROUP_SIZE
+    assert counts["produced"] == counts["trained"] + counts["dropped"] + counts["pending"]
+    return ranks
+
+
 def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str]) -> None:
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
@@ -84,26 +106,7 @@ def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str]) -> No
             probe,
         ]
     )
-    ranks = [torch.load(tmp_path / "probe" / f"rank{rank}.pt") for rank in (0, 1)]
-    assert [state["world_size"] for state in ranks] == [2, 2]
-
-    # Each step the global batch (4 groups of 4) is dealt as 2 whole groups to each rank, and no
-    # group is trained twice, on one rank or across both.
-    seen: set[int] = set()
-    for step in range(STEPS):
-        shards = [ranks[rank]["group_ids"][step] for rank in (0, 1)]
-        for ids in shards:
-            assert len(ids) == 2 * GROUP_SIZE and len(set(ids)) == 2
-            assert all(ids.count(group) == GROUP_SIZE for group in set(ids))  # whole groups
-        step_groups = set(shards[0]) | set(shards[1])
-        assert len(step_groups) == GROUPS_PER_BATCH and not step_groups & seen
-        seen |= step_groups
-
-    # The one buffer's accounting: what both ranks trained is what it handed out.
-    counts = ranks[0]["counts"]
-    trained_on_ranks = sum(len(ids) for state in ranks for ids in state["group_ids"])
-    assert counts["trained"] == trained_on_ranks == STEPS * GROUPS_PER_BATCH * GROUP_SIZE
-    assert counts["produced"] == counts["trained"] + counts["dropped"] + counts["pending"]
+    ranks = load_probes_and_check_each_group_trained_once(tmp_path / "probe")
 
     # DDP keeps the replicas equal, and the EWMA callback's average agrees bit for bit.
     for name, tensor in ranks[0]["live"].items():
@@ -167,6 +170,47 @@ def test_the_dedicated_old_logit_worker_as_a_ray_actor_gives_exact_old_logprobs(
         assert_accounting_holds(row)
     assert rows[-1]["dedicated/scored_tokens"] > 0
     assert ray_processes() == []
+
+
+def test_two_fsdp2_processes_shard_the_policy_and_push_exact_weights_to_two_engines(tmp_path):
+    """FSDP2 (`trainer.strategy=fsdp2`): each rank holds half of each sharded tensor; the weight
+    push gathers them on both ranks and rank 0 sends the whole model to both engines. In sync mode
+    every token is sampled by the weights being trained, so async recompute's pi_ref (a forward of
+    the sharded policy) equals the fp32 engines' mu only if every pushed tensor arrived whole and
+    exact; the entropy term moves the weights every step."""
+    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
+    run_hydra(
+        [
+            SMALL_KV,
+            *SMALL_RUN,
+            f"trainer.max_steps={STEPS}",
+            "trainer.devices=2",
+            "trainer.strategy=fsdp2",
+            "rollout.num_engines=2",
+            "rollout.mode=sync",
+            "reference=async_recompute",
+            "model.entropy_coef=0.01",
+            "rollout.eval_instances=4",
+            "rollout.eval_samples=4",
+            f"hydra.run.dir={tmp_path}/run",
+            probe,
+        ]
+    )
+    ranks = load_probes_and_check_each_group_trained_once(tmp_path / "probe")
+    for state in ranks:
+        full = sum(tensor.numel() for tensor in state["live"].values())
+        assert state["local_numel"] < 0.6 * full  # sharded: about half on each rank
+        assert len(state["step_metrics"]) == STEPS
+        for step in state["step_metrics"]:
+            assert step["train/version_gap_max"] == 0
+            assert step["train/ref_behavior_logratio_absmax"] < 1e-4
+    # Both ranks gather one model, equal to the last bit.
+    for name, tensor in ranks[0]["live"].items():
+        assert torch.equal(tensor, ranks[1]["live"][name]), name
+    rows = read_all_rows(tmp_path / "run" / "metrics.csv")
+    for row in (row for row in rows if "rollout/produced" in row):
+        assert_accounting_holds(row)
+    assert_both_engines_generated(rows, steps=STEPS)
 
 
 def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path):
