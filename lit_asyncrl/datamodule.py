@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs import Environment, GuessNumberEnv
+from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.dedicated import ProcessWorker
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
@@ -194,6 +195,8 @@ class RolloutDataModule(L.LightningDataModule):
     def on_exception(self, exception: BaseException) -> None:
         # Lightning skips `teardown` when fit raises (or is interrupted): close here too.
         self.rollouts.close()
+        if isinstance(exception, Terminated):
+            end_other_ranks(self.trainer)
 
 
 class _ServiceStream(IterableDataset):

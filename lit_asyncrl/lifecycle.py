@@ -5,6 +5,14 @@ callbacks' `on_exception`, where the rollout service closes. SIGTERM, by default
 that Lightning checks between steps, so a trainer waiting for a batch would not notice it. Inside
 `sigterm_raises()` SIGTERM raises `Terminated` at once, wherever the main thread is, and the run
 unwinds like any other failure.
+
+Lightning installs a SIGTERM handler of its own at the start of each fit, with ours chained after
+it. Under DDP that handler forwards the signal to the other ranks and broadcasts a flag over the
+process group from inside the handler, where it can meet a collective another rank is blocked in
+(the batch scatter) and hang both; a rank that exits on the forwarded signal also makes Lightning's
+child watcher SIGKILL rank 0 in the middle of its cleanup. `SigtermStaysOurs` puts our handler
+back once Lightning has installed its own: rank 0 unwinds and closes the engines, then ends the
+ranks Lightning started (`end_other_ranks`), as Lightning itself does on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -14,6 +22,9 @@ import signal
 import threading
 import warnings
 from collections.abc import Iterator
+
+import lightning as L
+from typing_extensions import override
 
 
 class Terminated(SystemExit):
@@ -38,6 +49,57 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class SigtermStaysOurs(L.Callback):
+    """Inside `sigterm_raises()`, replaces the SIGTERM handler Lightning installs at fit start with
+    ours again (see the module docstring); elsewhere it does nothing. Lightning restores the
+    handler it found (ours) when the fit ends."""
+
+    # Lightning registers its handler just before the stage runs: these are the first hooks after.
+    @override
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _take_sigterm_back()
+
+    @override
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _take_sigterm_back()
+
+    @override
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _take_sigterm_back()
+
+
+def end_other_ranks(trainer: L.Trainer | None) -> None:
+    """On rank 0, after its cleanup: SIGKILL the training processes Lightning started, and wait for them.
+
+    They hold no engine (rank 0 hosts them all) and are usually blocked in a collective waiting
+    for rank 0, where no signal handler runs; left alone they would die when rank 0's connections
+    close, each printing gloo's "Connection closed by peer" traceback. Lightning's child watcher
+    thread SIGKILLs this process when a rank it started ends with a non-zero code, so it is told
+    first that there are no ranks left to watch.
+    """
+    launcher = trainer.strategy.launcher if trainer is not None else None
+    processes = list(getattr(launcher, "procs", None) or [])
+    if not processes:
+        return
+    for thread in threading.enumerate():
+        if thread.name == "child-process-observer":
+            thread._child_processes = []
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.wait(timeout=30)
+
+
+def _take_sigterm_back() -> None:
+    if threading.current_thread() is threading.main_thread() and _chained_after_lightning(signal.getsignal(signal.SIGTERM)):
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _chained_after_lightning(handler: object) -> bool:
+    """Whether `handler` is Lightning's composition of its handler with ours."""
+    return _raise_terminated in getattr(handler, "signal_handlers", ())
 
 
 def quiet_known_warnings() -> None:

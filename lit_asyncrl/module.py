@@ -90,11 +90,13 @@ class AsyncRLModule(L.LightningModule):
         return torch.optim.AdamW(trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
     def configure_callbacks(self) -> list[L.Callback]:
+        from lit_asyncrl.lifecycle import SigtermStaysOurs
         from lit_asyncrl.trainer_callbacks import EngineWeightSync, RolloutStatsLogger
 
         # Order matters: weights are published before the reference's callbacks act on a step's end.
         # Not required: with a DataModule of ready-made batches (no rollout service) they do nothing.
         return [
+            SigtermStaysOurs(),
             EngineWeightSync(required=False),
             RolloutStatsLogger(required=False),
             *self.reference.callbacks(),
