@@ -44,7 +44,11 @@ def test_experiment_instantiates(experiment, tmp_path):
     datamodule = instantiate(cfg.data, _convert_="all")
     trainer = instantiate(cfg.trainer, _convert_="all")
     assert datamodule.rollouts.engine is None  # nothing started
-    assert trainer.max_steps == cfg.trainer.max_steps == {"service_desk": 300, "smollm2_arithmetic": 12}.get(experiment, 500)
+    assert (
+        trainer.max_steps
+        == cfg.trainer.max_steps
+        == {"service_desk": 300, "service_desk_user": 300, "service_desk_llm_user": 20, "smollm2_arithmetic": 12}.get(experiment, 500)
+    )
     periodic, final = trainer.checkpoint_callbacks
     assert periodic._every_n_train_steps == 7 and final.filename == "last"
     assert cfg.loss._target_.endswith(type(module.loss_fn).__name__)

@@ -99,6 +99,20 @@ class Environment(abc.ABC):
     def new_episode(self, instance: Any) -> TextEnv:
         """A fresh episode of `instance`."""
 
+    def observation_role_of(self, observation: str) -> str:
+        """Chat-template models only: the role of one answer after an agent turn (by default
+        `observation_role`; a task that relays both a user and tools tells them apart here)."""
+        return self.observation_role
+
+    def start(self) -> None:
+        """Make what the task's episodes share for a run (e.g. a simulated user's engine); no-op by
+        default. The rollout service calls it before the first episode and `close` on every way out."""
+        return None
+
+    def close(self) -> None:
+        """Free what `start` made; safe to call twice and without `start` (no-op by default)."""
+        return None
+
     def instance_key(self, instance: Any) -> str:
         """A stable text identifying the instance (two equal keys are the same task)."""
         return repr(instance)

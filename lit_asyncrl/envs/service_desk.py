@@ -22,6 +22,11 @@ the record succeeds half the time. Most refused refunds are orders delivered too
 that reads the status but not the days succeeds on 0.6 of the refunds (0.8 at "medium", where half
 the requests are cancels, decided by the status alone). The default "easy" (refunds only) therefore
 leaves the widest gap, 0.6 to 1, that only the number rule closes: the skill RL has to add.
+
+With a simulated user (`user=`, see `lit_asyncrl.envs.users`) the customer names the item, not
+the order (`user: refund mug`), as tau2's customers do: the order id is on the customer's side,
+and the agent gets it with a fifth tool, `ask <question>` (`ask id`), answered by the user
+(`user: 42`). The customer's orders then hold distinct items, so the item names one order.
 """
 
 from __future__ import annotations
@@ -29,8 +34,11 @@ from __future__ import annotations
 import dataclasses
 import random
 import re
+import string
 
 from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.users import CooperativeUser, Message, SimulatedUser
+from lit_asyncrl.rollout.env_calls import call_blocking
 
 #: Statuses an order starts with; `refunded` only ever results from the agent's refund.
 STATUSES = ("placed", "shipped", "delivered", "cancelled")
@@ -45,7 +53,15 @@ ERROR = "err\n"
 TOO_OLD_SHARE = 0.8
 
 _CALL = re.compile(r"(look|refund|cancel) ([1-9][0-9]*)\n|reply ([a-z]+)\n")
+_ASK = re.compile(r"ask ([^\n]+)\n")
 _REQUEST = re.compile(r"user: ([a-z]+) ([0-9]+)\n")
+#: A request that names the item, not the order (with a simulated user): the agent asks for the id.
+_VAGUE_REQUEST = re.compile(r"user: ([a-z]+) ([a-z]+)\n")
+_USER_ANSWER = re.compile(r"user: ([0-9]+)\n")
+#: Words in a question that ask for the order's id (the cooperative customer answers with it).
+ID_WORDS = ("id", "number", "order", "which")
+#: The longest user answer the desk passes on (a language model may ramble); the rest is cut.
+MAX_USER_ANSWER_CHARS = 80
 _RECORD = re.compile(r"([0-9]+) [a-z]+ ([a-z]+) ([0-9]+)d\n")
 
 
@@ -71,6 +87,27 @@ class DeskInstance:
 
     def order(self, order_id: int) -> Order:
         return next(order for order in self.orders if order.order_id == order_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class CustomerGoal:
+    """What the customer of a desk conversation wants and knows (a `UserGoal`)."""
+
+    request: str  # one of REQUEST_KINDS
+    item: str
+    order_id: int
+
+    @property
+    def instructions(self) -> str:
+        want = f"to know where your {self.item} is" if self.request == "where" else f"to {self.request} your {self.item}"
+        return (
+            f"You are a customer writing to an online shop's service desk. You want {want}; its order number "
+            f"is {self.order_id}. Answer the agent's question in a few words, and give the order number when asked."
+        )
+
+    def answer(self, question: str) -> str:
+        asks_for_id = any(word in re.findall(r"[a-z]+", question.lower()) for word in ID_WORDS)
+        return str(self.order_id) if asks_for_id else f"{self.request} {self.item}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +177,51 @@ class ServiceDeskEpisode:
         return Transition(observation, reward, terminated=False, truncated=self.turns >= self.max_turns, info=info or {})
 
 
+class DeskConversation(ServiceDeskEpisode):
+    """A desk episode with a simulated user: the request names the item, and `ask` talks to the user.
+
+    `step` is a coroutine (the user may be a model on another engine); the tools answer as in
+    `ServiceDeskEpisode`. The user's answer comes back as one line, `user: <answer>`, cut to
+    `MAX_USER_ANSWER_CHARS` printable ASCII characters (what every policy's tokenizer encodes).
+    """
+
+    def __init__(
+        self, instance: DeskInstance, user: SimulatedUser, refund_window_days: int, max_turns: int, malformed_reward: float
+    ) -> None:
+        super().__init__(instance, refund_window_days, max_turns, malformed_reward)
+        self.user = user
+        self.goal = CustomerGoal(instance.request, instance.order(instance.order_id).item, instance.order_id)
+        self.conversation: list[Message] = []
+
+    def reset(self, seed: int | None = None) -> str:
+        opening = f"{self.goal.request} {self.goal.item}"
+        self.conversation = [Message("user", opening)]
+        return f"user: {opening}\n"
+
+    async def step(self, action: str) -> Transition:
+        question = _ASK.fullmatch(action)
+        if question is None:
+            return super().step(action)
+        self.turns += 1
+        self.conversation.append(Message("agent", question.group(1)))
+        answer = one_line(await self.user.reply(self.goal, list(self.conversation)))
+        self.conversation.append(Message("user", answer))
+        return self._continue(f"user: {answer}\n", 0.0)
+
+
+def one_line(text: str) -> str:
+    """`text` as the desk relays a user's answer: its first line, printable ASCII only, at most `MAX_USER_ANSWER_CHARS`."""
+    printable = "".join(char if char in string.printable and char not in "\t\r\x0b\x0c" else " " for char in text)
+    line = printable.strip().split("\n", 1)[0].strip()
+    return line[:MAX_USER_ANSWER_CHARS] or "..."
+
+
 class ScriptedAgent:
     """Plays the desk from what it is shown (the request and the tool answers), never the instance.
 
-    Looks the order up, then applies `decide` to the record: the write tool and `reply done`, or
-    the reply at once. One agent per episode; `act` takes the previous observation (first the prompt).
+    Asks for the order id when the request names only the item, looks the order up, then applies
+    `decide` to the record: the write tool and `reply done`, or the reply at once. One agent per
+    episode; `act` takes the previous observation (first the prompt).
     """
 
     def __init__(self, refund_window_days: int) -> None:
@@ -156,6 +233,11 @@ class ScriptedAgent:
         if (request := _REQUEST.fullmatch(observation)) is not None:
             self.request = request.group(1)
             return f"look {request.group(2)}\n"
+        if (request := _VAGUE_REQUEST.fullmatch(observation)) is not None:
+            self.request = request.group(1)
+            return "ask id\n"
+        if (answer := _USER_ANSWER.fullmatch(observation)) is not None and self.request is not None:
+            return f"look {answer.group(1)}\n"
         if (record := _RECORD.fullmatch(observation)) is not None and self.request is not None:
             order_id, status, days = record.group(1), record.group(2), int(record.group(3))
             write, self.pending_reply = decide(self.request, status, days, self.refund_window_days)
@@ -174,8 +256,10 @@ class ServiceDeskEnv(Environment):
             the refund window's edge).
         refund_window_days: a delivered order can be refunded up to this many days after delivery.
         malformed_reward: reward of a malformed tool call (the episode goes on).
-        max_turns: tool calls per episode (at least 3: look, act, reply).
+        max_turns: tool calls per episode (at least 3: look, act, reply; 4 with a user: ask first).
         held_out_fraction: share of the instances kept for evaluation (by a hash of the instance key).
+        user: a simulated customer who holds the order id (`CooperativeUser`, `LLMUser`); None =
+            the request names the order itself.
         latency_s, episode_timeout_s: see `Environment`.
     """
 
@@ -197,6 +281,7 @@ class ServiceDeskEnv(Environment):
         malformed_reward: float = -0.1,
         max_turns: int = 4,
         held_out_fraction: float = 0.2,
+        user: SimulatedUser | None = None,
         latency_s: float = 0.0,
         episode_timeout_s: float | None = None,
     ) -> None:
@@ -207,8 +292,11 @@ class ServiceDeskEnv(Environment):
             raise ValueError(f"env.refund_window_days must be >= 1, got {refund_window_days}")
         if not malformed_reward <= 0:
             raise ValueError(f"env.malformed_reward must be <= 0 (a penalty), got {malformed_reward}")
-        if max_turns < 3:
-            raise ValueError(f"env.max_turns must be >= 3 (look, act, reply), got {max_turns}")
+        if user is not None and not isinstance(user, SimulatedUser):
+            raise TypeError(f"env.user must be a SimulatedUser (e.g. lit_asyncrl.envs.CooperativeUser) or null, got {user!r}")
+        if max_turns < 3 + (user is not None):
+            needed = "ask, look, act, reply" if user is not None else "look, act, reply"
+            raise ValueError(f"env.max_turns must be >= {3 + (user is not None)} ({needed}), got {max_turns}")
         if not 0 < held_out_fraction < 1:
             raise ValueError(f"env.held_out_fraction must be in (0, 1), got {held_out_fraction}")
         self.difficulty = difficulty
@@ -216,29 +304,61 @@ class ServiceDeskEnv(Environment):
         self.malformed_reward = malformed_reward
         self.max_turns = max_turns
         self.held_out_fraction = held_out_fraction
+        self.user = user
         self.spec = DIFFICULTIES[difficulty]
+        if user is not None:
+            # Questions to the user are free text (a chat model's are longer than a tool call).
+            self.max_turn_tokens = max(self.max_turn_tokens, 32)
+            self.system_prompt = (
+                f"{self.system_prompt} The customer names only the item: `ask QUESTION` sends the customer a "
+                "question (e.g. for the order ID) and shows their answer."
+            )
 
     def generate_instance(self, rng: random.Random) -> DeskInstance:
         request = rng.choice(self.spec.requests)
         order_ids = rng.sample(range(10, 100), self.spec.num_orders)
         requested = self._requested_order(request, order_ids[0], rng)
         others = [self._random_order(order_id, rng) for order_id in order_ids[1:]]
-        orders = tuple(sorted([requested, *others], key=lambda order: order.order_id))
-        return DeskInstance(orders=orders, request=request, order_id=requested.order_id)
+        orders = [requested, *others]
+        if self.user is not None:
+            # The customer names the order by its item, so each item names one order.
+            orders = [dataclasses.replace(order, item=item) for order, item in zip(orders, rng.sample(ITEMS, len(orders)))]
+        orders.sort(key=lambda order: order.order_id)
+        return DeskInstance(orders=tuple(orders), request=request, order_id=requested.order_id)
 
     def instance_key(self, instance: DeskInstance) -> str:
         records = ";".join(order.record().rstrip("\n") for order in instance.orders)
         return f"{instance.request} {instance.order_id}|{records}"
 
     def new_episode(self, instance: DeskInstance) -> ServiceDeskEpisode:
-        return ServiceDeskEpisode(instance, self.refund_window_days, self.max_turns, self.malformed_reward)
+        return self._episode(instance, self.user)
+
+    def _episode(self, instance: DeskInstance, user: SimulatedUser | None) -> ServiceDeskEpisode:
+        if user is None:
+            return ServiceDeskEpisode(instance, self.refund_window_days, self.max_turns, self.malformed_reward)
+        return DeskConversation(instance, user, self.refund_window_days, self.max_turns, self.malformed_reward)
+
+    def observation_role_of(self, observation: str) -> str:
+        # With a user, the desk relays two speakers: the user's answers and the tools' results.
+        return "user" if self.user is not None and observation.startswith("user: ") else self.observation_role
+
+    def start(self) -> None:
+        if self.user is not None:
+            self.user.start()
+
+    def close(self) -> None:
+        if self.user is not None:
+            self.user.close()
 
     def demonstration(self, instance: DeskInstance) -> list[tuple[str, str]]:
-        episode, agent = self.new_episode(instance), ScriptedAgent(self.refund_window_days)
+        # Demonstrations show a cooperative customer, whatever user the run has: they are played
+        # before the run starts its user, and they show the agent's side only.
+        user = None if self.user is None else CooperativeUser()
+        episode, agent = self._episode(instance, user), ScriptedAgent(self.refund_window_days)
         observation, turns = episode.reset(), []
         for _ in range(self.max_turns):
             action = agent.act(observation)
-            result = episode.step(action)
+            result = call_blocking(episode.step, action)
             turns.append((action, result.observation))
             if result.done:
                 break

@@ -82,8 +82,8 @@ class ChatTemplateFormat(EpisodeFormat):
     """The tokenizer's chat template: system, user, assistant and tool messages.
 
     The first observation is a user message (after `env.system_prompt`, if the environment has
-    one); later answers are messages of `env.observation_role` ("user", or "tool" where the
-    template renders a tool role). An agent turn ends at the template's end-of-turn token
+    one); later answers are messages of `env.observation_role_of(answer)` (by default
+    `env.observation_role`: "user", or "tool" where the template renders a tool role). An agent turn ends at the template's end-of-turn token
     (`<|im_end|>` for ChatML), not at the task's own stop text; the environment still receives
     its action ending with `env.turn_stop`, so its parser is the same in both formats. A turn cut
     short (token limit) is closed with the end-of-turn token as context before the next message.
@@ -111,6 +111,13 @@ class ChatTemplateFormat(EpisodeFormat):
             )
         self._after_end_of_turn = closing[len(end_of_turn_text) :]
         self.observation_role, self._answer = self._answer_template(earlier, rendered, getattr(env, "observation_role", "user"))
+
+        # Answers of the other speaker a task may relay (a simulated user beside tools, or tools beside a user).
+        default_role = getattr(env, "observation_role", "user")
+        self._answers = {default_role: (self.observation_role, self._answer)}
+        if default_role != "user":
+            self._answers["user"] = self._answer_template(earlier, rendered, "user")
+        self._role_of = getattr(env, "observation_role_of", lambda observation: default_role)
         self.stop_token_ids = list(dict.fromkeys([self.end_of_turn_id, tokenizer.eos_token_id]))
 
     def _render(self, messages: list[dict], generation_prompt: bool) -> str:
@@ -139,7 +146,10 @@ class ChatTemplateFormat(EpisodeFormat):
         trajectory.extend_context(self._encode(before + first_observation + after, "reset"))
 
     def add_observation(self, trajectory: Trajectory, observation: str) -> None:
-        before, after = self._answer
+        role = self._role_of(observation)
+        if role not in self._answers:
+            raise ValueError(f"{self.env_name}.observation_role_of answered {role!r}: expected one of {sorted(self._answers)}")
+        before, after = self._answers[role][1]
         closed = trajectory.token_ids and trajectory.token_ids[-1] == self.end_of_turn_id
         ids = self._encode(self._after_end_of_turn + before + observation + after, "step")
         trajectory.extend_context(ids if closed else [self.end_of_turn_id, *ids])

@@ -163,6 +163,8 @@ class VLLMRolloutService:
         try:
             # Every engine launched before any is waited for: their starts overlap.
             self.launch_early()
+            # The task's shared resources (a simulated user's engine) before its first episode.
+            self.env.start()
             for lane in range(self.num_engines):
                 self._launch(lane)
         except BaseException:
@@ -272,9 +274,13 @@ class VLLMRolloutService:
                 if dedicated is not None:
                     dedicated.stop()
             finally:
-                for engine in engines:
-                    if engine is not None:
-                        engine.shutdown()
+                try:
+                    for engine in engines:
+                        if engine is not None:
+                            engine.shutdown()
+                finally:
+                    # After the producers: no episode asks the task's user any more.
+                    self.env.close()
 
     # -- batches ----------------------------------------------------------------------------
     def next_batch(self, timeout_s: float) -> dict:
