@@ -18,6 +18,7 @@ ranks Lightning started (`end_other_ranks`), as Lightning itself does on Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import warnings
@@ -108,7 +109,19 @@ def quiet_known_warnings() -> None:
     `training_step(dataloader_iter)` is deliberate (no prefetch: a prefetched batch would be one
     version staler); Lightning warns about that signature at every fit. The held-out evaluation is an
     IterableDataset with a length (its chunks, for the progress bar) read in this process only.
+    Lightning's tip advertising its cloud logger is dropped too (runs log to CSV on purpose).
     """
     warnings.filterwarnings("ignore", message=r".*`dataloader_iter`.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_LITLOGGER_TIP)
+
+
+class _NoLitLoggerTip(logging.Filter):
+    """Drops the advertisement for Lightning's cloud logger that every `Trainer` logs at its start."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+_LITLOGGER_TIP = _NoLitLoggerTip()

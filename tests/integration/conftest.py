@@ -4,6 +4,7 @@ import pytest
 
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 
 
 @pytest.fixture(scope="session")
@@ -24,3 +25,22 @@ def engine(tiny_model_path):
     engine = started_engine(tiny_model_path)
     yield engine
     engine.shutdown()
+
+
+def small_async_service(model_path, env) -> VLLMRolloutService:
+    """An async rollout service of 4 groups of 4 episodes on one fp32 engine (not started)."""
+    return VLLMRolloutService(
+        model_path,
+        env,
+        group_size=4,
+        groups_per_batch=4,
+        max_version_gap=3,
+        buffer_capacity=16,
+        max_concurrent_groups=4,
+        mode="async",
+        weight_sync_every=1,
+        temperature=1.0,
+        top_k=-1,
+        engine_config=EngineConfig(dtype="float32", max_model_len=256),
+        seed=0,
+    )

@@ -8,8 +8,7 @@ import time
 import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
-from lit_asyncrl.rollout.engine import EngineConfig
-from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
+from tests.integration.conftest import small_async_service
 from tests.integration.runs import SMALL_RUN, run_command, run_hydra
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
@@ -31,21 +30,7 @@ def test_sixteen_episodes_with_half_a_second_of_latency_overlap(tiny_model_path)
     # 16 episodes (4 groups of 4) at once; every environment answer (reset and each step) takes 0.5 s.
     # Run one after another they would take the sum of their durations; overlapped, about the longest.
     env = GuessNumberEnv(latency_s=0.5)
-    service = VLLMRolloutService(
-        tiny_model_path,
-        env,
-        group_size=4,
-        groups_per_batch=4,
-        max_version_gap=3,
-        buffer_capacity=16,
-        max_concurrent_groups=4,
-        mode="async",
-        weight_sync_every=1,
-        temperature=1.0,
-        top_k=-1,
-        engine_config=EngineConfig(dtype="float32", max_model_len=256),
-        seed=0,
-    )
+    service = small_async_service(tiny_model_path, env)
     from transformers import AutoModelForCausalLM
 
     weights = AutoModelForCausalLM.from_pretrained(tiny_model_path).state_dict()

@@ -11,9 +11,8 @@ import torch
 
 from lit_asyncrl.envs import LLMUser, ServiceDeskEnv
 from lit_asyncrl.envs.service_desk import one_line
-from lit_asyncrl.rollout.engine import EngineConfig
-from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
+from tests.integration.conftest import small_async_service
 from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
@@ -51,24 +50,10 @@ def test_a_customer_played_by_a_model_answers_from_its_own_frozen_engine(tiny_mo
     user = RecordingLLMUser(model="tiny", max_reply_tokens=6, temperature=1.0, max_model_len=384)
     env = ServiceDeskEnv(user=user, max_turns=5)
     tokenizer = load_tokenizer(str(tiny_model_path))
-    policy = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
     WarmStart(steps=40, lr=3e-3, batch_size=32).run(policy, env, tokenizer, accelerator="cpu", enable_progress_bar=False)
     assert user.engine is None  # the warm start plays the cooperative customer, not the model
-    service = VLLMRolloutService(
-        tiny_model_path,
-        env,
-        group_size=4,
-        groups_per_batch=4,
-        max_version_gap=3,
-        buffer_capacity=16,
-        max_concurrent_groups=4,
-        mode="async",
-        weight_sync_every=1,
-        temperature=1.0,
-        top_k=-1,
-        engine_config=EngineConfig(dtype="float32", max_model_len=256),
-        seed=0,
-    )
+    service = small_async_service(tiny_model_path, env)
     weights = {name: tensor.detach().clone() for name, tensor in policy.state_dict().items()}
     try:
         service.start(weights, version=0)
