@@ -1,3 +1,11 @@
 """lit_asyncrl: asynchronous RL fine-tuning of LLM agents with Lightning and vLLM."""
 
+import logging
+
 __version__ = "0.1.0"
+
+# vLLM's CPU build checks for Triton's CPU backend when it is imported and warns that there is none,
+# before its own log level applies. That outcome is expected on CPU, so the warning stays off the
+# console: here, because each engine's spawned process imports the entry point's package (this
+# one) before it imports vLLM.
+logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)

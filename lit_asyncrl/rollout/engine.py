@@ -36,11 +36,6 @@ from safetensors.torch import save_file
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, weights_for_engine
 
-# vLLM's CPU build checks for Triton's CPU backend when it is imported and warns that it has none,
-# in the trainer's process and again in each engine's, before its own log level applies; the
-# check's outcome (no Triton on CPU) is expected, so its warning stays off the console.
-logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)
-
 T = TypeVar("T")
 WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
 

@@ -25,6 +25,8 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     # A quiet console: no vLLM reload warning or loading bar per weight push, no traceback at exit.
     assert "Failed to load weights" not in console and "Loading safetensors" not in console
     assert "Traceback" not in console and "Exception ignored" not in console
+    # Nor vLLM's Triton check (in the trainer and in the engine's process) or Lightning's cloud-logger tip.
+    assert "Triton is installed" not in console and "litlogger" not in console
     # The warm start is its own fit, logged apart; its NLL falls.
     warm = read_warm_start(run_dir)
     assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]

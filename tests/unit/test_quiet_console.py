@@ -13,6 +13,8 @@ def test_lightnings_cloud_logger_tip_is_dropped_and_its_other_messages_kept(capl
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     assert len(logger.filters) == 1
     with caplog.at_level(logging.INFO, logger=logger.name):
-        logger.info("💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger](https://pypi.org/project/litlogger/)")
+        logger.info(
+            "💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger](https://pypi.org/project/litlogger/)"
+        )
         logger.info("GPU available: False, used: False")
     assert [record.getMessage() for record in caplog.records] == ["GPU available: False, used: False"]
