@@ -204,6 +204,16 @@ def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
     run.assert_stops(time.monotonic(), code=143)
 
 
+def test_sigterm_with_a_customer_on_its_own_engine_ends_both_engines(tmp_path):
+    # The desk's customer is a model on a second engine (the tiny one, to be quick): it goes too.
+    user = ["experiment=service_desk_llm_user", "env.user.model=tiny", "env.user.max_reply_tokens=4", "rollout.max_model_len=256"]
+    run = Run([*user, "model.warm_start_steps=5", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
+    run.wait_for_training()
+    assert len([pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]) == 2
+    run.process.send_signal(signal.SIGTERM)
+    run.assert_stops(time.monotonic(), code=143)
+
+
 @pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
 def test_a_signal_between_ddp_training_steps_stops_both_ranks_and_cleans_up(tmp_path, signum, expected_code):
     # Two training processes (rank 1 started by Lightning from the same command line), the engines
