@@ -81,8 +81,10 @@ def test_a_customer_played_by_a_model_answers_from_its_own_frozen_engine(tiny_mo
 
 
 def test_the_service_desk_with_a_customer_runs_and_learns_to_ask(tmp_path):
-    run_hydra(["experiment=service_desk_user", *SMALL_RUN, "model.warm_start_steps=60", "trainer.max_steps=6", f"hydra.run.dir={tmp_path}"])
+    run_hydra(["experiment=service_desk_user", *SMALL_RUN, "model.warm_start_steps=120", "trainer.max_steps=6", f"hydra.run.dir={tmp_path}"])
     rows = [row for row in read_rows(tmp_path / "metrics.csv") if "train/task_success" in row]
     assert len(rows) == 6
-    # After 60 warm-start steps on demonstrations that ask first, the agent already solves some requests.
+    # After 120 warm-start steps on demonstrations that ask first, the agent already solves some
+    # requests (measured: 0.27 mean success over the 6 steps; after 60 warm-start steps it was
+    # 0.04-0.08, too close to this bound: a CI run failed at 0.042).
     assert sum(row["train/task_success"] for row in rows) / len(rows) > 0.05
