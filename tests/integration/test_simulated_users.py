@@ -81,7 +81,9 @@ def test_a_customer_played_by_a_model_answers_from_its_own_frozen_engine(tiny_mo
 
 
 def test_the_service_desk_with_a_customer_runs_and_learns_to_ask(tmp_path):
-    run_hydra(["experiment=service_desk_user", *SMALL_RUN, "model.warm_start_steps=120", "trainer.max_steps=6", f"hydra.run.dir={tmp_path}"])
+    run_hydra(
+        ["experiment=service_desk_user", *SMALL_RUN, "model.warm_start_steps=120", "trainer.max_steps=6", f"hydra.run.dir={tmp_path}"]
+    )
     rows = [row for row in read_rows(tmp_path / "metrics.csv") if "train/task_success" in row]
     assert len(rows) == 6
     # After 120 warm-start steps on demonstrations that ask first, the agent already solves some
