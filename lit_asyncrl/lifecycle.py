@@ -109,8 +109,13 @@ def quiet_known_warnings() -> None:
     `training_step(dataloader_iter)` is deliberate (no prefetch: a prefetched batch would be one
     version staler); Lightning warns about that signature at every fit. The held-out evaluation is an
     IterableDataset with a length (its chunks, for the progress bar) read in this process only.
-    Lightning's tip advertising its cloud logger is dropped too (runs log to CSV on purpose).
+    Lightning's tip advertising its cloud logger is dropped too (runs log to CSV on purpose), and
+    transformers' bar for loading a model's weights (a run loads its small policy several times: the
+    module, the warm start, the references; Lightning's own bar is the one to watch).
     """
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
     warnings.filterwarnings("ignore", message=r".*`dataloader_iter`.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")

@@ -27,6 +27,8 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     assert "Traceback" not in console and "Exception ignored" not in console
     # Nor vLLM's Triton check (in the trainer and in the engine's process) or Lightning's cloud-logger tip.
     assert "Triton is installed" not in console and "litlogger" not in console
+    # Nor transformers' bar for each load of the policy's weights.
+    assert "Loading weights" not in console
     # The warm start is its own fit, logged apart; its NLL falls.
     warm = read_warm_start(run_dir)
     assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]

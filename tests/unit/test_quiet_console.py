@@ -18,3 +18,11 @@ def test_lightnings_cloud_logger_tip_is_dropped_and_its_other_messages_kept(capl
         )
         logger.info("GPU available: False, used: False")
     assert [record.getMessage() for record in caplog.records] == ["GPU available: False, used: False"]
+
+
+def test_transformers_loading_bar_is_off():
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.enable_progress_bar()
+    quiet_known_warnings()
+    assert not transformers_logging.is_progress_bar_enabled()
