@@ -10,7 +10,7 @@ Both are averaged over instances.
 from __future__ import annotations
 
 import torch
-from torchmetrics import Metric
+from torchmetrics import MeanMetric, Metric
 
 
 def pass_at_k(successes: torch.Tensor, k: int) -> torch.Tensor:
@@ -67,3 +67,53 @@ class PassAtK(_InstanceMean):
 
     def update(self, successes: torch.Tensor) -> None:
         self._add(pass_at_k(successes, self.k))
+
+
+class HeldOutMetrics(torch.nn.Module):
+    """avg@k, pass@k and greedy success of a validation, overall and per task of a mixture.
+
+    `update` takes one chunk of held-out instances: `success` [N, n] (n sampled episodes each),
+    `greedy_success` [N] and, for a mixture, `task_ids` [N] indexing `task_names`. Every rank
+    builds the same metrics from the same names, so their states sync under DDP.
+    """
+
+    def __init__(self, k: int, task_names: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.k, self.task_names = k, tuple(task_names)
+        self.groups = torch.nn.ModuleDict(
+            {
+                name: torch.nn.ModuleDict({"avg": AvgAtK(), "pass": PassAtK(k), "greedy": MeanMetric()})
+                for name in ("all", *(f"task_{task}" for task in self.task_names))
+            }
+        )
+
+    def _key(self, group: str, metric: str) -> str:
+        prefix = "val/" if group == "all" else f"val/{group.removeprefix('task_')}/"
+        return prefix + {"avg": f"avg@{self.k}", "pass": f"pass@{self.k}", "greedy": "greedy_success"}[metric]
+
+    def update(
+        self, success: torch.Tensor, greedy_success: torch.Tensor, task_ids: torch.Tensor | None = None
+    ) -> dict[str, tuple[Metric, int]]:
+        """Add one chunk; returns the metrics it updated by their logged names (`val/avg@4`,
+        `val/<task>/pass@4`, ...) with the number of instances each took, for `LightningModule.log`."""
+        updated = {}
+        for group, metrics in self.groups.items():
+            rows = torch.ones_like(greedy_success, dtype=torch.bool)
+            if group != "all":
+                rows = task_ids == self.task_names.index(group.removeprefix("task_"))
+            count = int(rows.sum())
+            if count == 0:
+                continue
+            metrics["avg"].update(success[rows])
+            metrics["pass"].update(success[rows])
+            metrics["greedy"].update(greedy_success[rows])
+            updated.update({self._key(group, name): (metric, count) for name, metric in metrics.items()})
+        return updated
+
+    def compute(self) -> dict[str, float]:
+        """Every metric's value so far, by logged name (tasks without instances left out)."""
+        values = {}
+        for group, metrics in self.groups.items():
+            if group == "all" or int(metrics["avg"].instances) > 0:
+                values.update({self._key(group, name): float(metric.compute()) for name, metric in metrics.items()})
+        return values

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torchmetrics import MeanMetric
 
-from lit_asyncrl.eval_metrics import AvgAtK, PassAtK
+from lit_asyncrl.eval_metrics import HeldOutMetrics
 from lit_asyncrl.fidelity import ReferenceFidelity
 from lit_asyncrl.fsdp import FSDP2Strategy, shard_policy
 from lit_asyncrl.gap_stats import abs_stats_by_gap
@@ -75,8 +75,8 @@ class AsyncRLModule(L.LightningModule):
         if train_last_layers is not None:
             freeze_all_but_last_layers(self.policy, train_last_layers)
         self.task_success = MeanMetric()
-        # Held-out metrics, made at the first validation batch (k comes with the batch).
-        self.eval_metrics = torch.nn.ModuleDict()
+        # Held-out metrics, made at the first validation batch (k and a mixture's tasks come with it).
+        self.eval_metrics: HeldOutMetrics | None = None
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
 
@@ -152,29 +152,19 @@ class AsyncRLModule(L.LightningModule):
         return global_batch_scale(valid, aggregation, trainer.world_size, reduce).to(valid.device)
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        """Held-out episodes played by the data side (`success` [N, n], `greedy_success` [N], `k`)."""
-        k = int(batch["k"])
-        if not self.eval_metrics:
-            self.eval_metrics.update({"avg": AvgAtK(), "pass": PassAtK(k), "greedy": MeanMetric()})
-            self.eval_metrics.to(self.device)
-        self.eval_metrics["avg"](batch["success"])
-        self.eval_metrics["pass"](batch["success"])
-        self.eval_metrics["greedy"](batch["greedy_success"])
-        size = batch["success"].shape[0]
-        self.log(f"val/avg@{k}", self.eval_metrics["avg"], batch_size=size, prog_bar=True)
-        self.log(f"val/pass@{k}", self.eval_metrics["pass"], batch_size=size)
-        self.log("val/greedy_success", self.eval_metrics["greedy"], batch_size=size)
+        """Held-out episodes played by the data side (`success` [N, n], `greedy_success` [N], `k`;
+        for a mixture of tasks also `task_ids` [N] and `task_names`)."""
+        if self.eval_metrics is None:
+            self.eval_metrics = HeldOutMetrics(int(batch["k"]), batch.get("task_names", ())).to(self.device)
+        updated = self.eval_metrics.update(batch["success"], batch["greedy_success"], batch.get("task_ids"))
+        for name, (metric, instances) in updated.items():
+            self.log(name, metric, batch_size=instances, prog_bar=name == f"val/avg@{self.eval_metrics.k}")
 
     def on_validation_epoch_end(self) -> None:
         # Lightning logs nothing while sanity checking; with num_sanity_val_steps=-1 that check is
         # the whole held-out evaluation before the first RL step (after the warm start): keep it.
-        if self.trainer.sanity_checking and self.eval_metrics:
-            k = self.eval_metrics["pass"].k
-            values = {
-                f"val/avg@{k}": float(self.eval_metrics["avg"].compute()),
-                f"val/pass@{k}": float(self.eval_metrics["pass"].compute()),
-                "val/greedy_success": float(self.eval_metrics["greedy"].compute()),
-            }
+        if self.trainer.sanity_checking and self.eval_metrics is not None:
+            values = self.eval_metrics.compute()
             for logger in self.loggers:
                 logger.log_metrics(values, step=self.global_step)
 
@@ -213,16 +203,31 @@ class AsyncRLModule(L.LightningModule):
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
         metrics.update(fidelity)
-        # A version-gap bucket with no tokens in a step must be absent from that step's row, but
-        # `self.log` repeats a key's last value at every later step: buckets go to the loggers directly.
-        per_gap = {key: value for key, value in metrics.items() if "/gap_" in key}
-        self.log_dict({key: value for key, value in metrics.items() if key not in per_gap}, batch_size=size)
-        for logger in self.loggers if per_gap else ():
-            logger.log_metrics(per_gap, step=self.global_step)
+        # A version-gap bucket with no tokens in a step (or a mixture's task with no episode) must be
+        # absent from that step's row, but `self.log` repeats a key's last value at every later step:
+        # buckets go to the loggers directly.
+        buckets = {key: value for key, value in metrics.items() if "/gap_" in key} | self._task_success(batch)
+        self.log_dict({key: value for key, value in metrics.items() if key not in buckets}, batch_size=size)
+        for logger in self.loggers if buckets else ():
+            logger.log_metrics(buckets, step=self.global_step)
         progress = {"success": batch["success"].mean().item(), "gap": metrics["train/version_gap_max"]}
         if step_s is not None:
             progress["step_s"] = step_s
         self.log_dict(progress, prog_bar=True, logger=False, batch_size=size)
+
+    def _task_success(self, batch: dict) -> dict[str, float]:
+        """A mixture's training success per task over the global batch (`train/<task>/task_success`;
+        a task with no episode in the batch is left out). Empty for a single task."""
+        names = batch.get("task_names")
+        if not names:
+            return {}
+        task_ids = batch["task_ids"]
+        totals = torch.zeros(2, len(names), dtype=torch.float64, device=task_ids.device)  # successes, episodes
+        totals[0].index_add_(0, task_ids, batch["success"].double())
+        totals[1].index_add_(0, task_ids, torch.ones_like(task_ids, dtype=torch.float64))
+        if self._trainer is not None and self.trainer.world_size > 1:
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")  # every rank holds part of the batch
+        return {f"train/{name}/task_success": won / played for name, won, played in zip(names, *totals.tolist()) if played > 0}
 
     def _warn_if_reference_is_silently_current(self, ref_logprobs, logprobs, version_gap, loss_mask) -> None:
         """Peers' users ask for this: old log-probs that are really the current weights (r_s == 1)."""

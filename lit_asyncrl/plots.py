@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import fnmatch
+import re
 from pathlib import Path
 
 import lightning as L
@@ -11,8 +13,10 @@ from typing_extensions import override
 
 DEFAULT_PANELS = (
     "train/task_success",
+    "train/*/task_success",
     "val/avg@*",
     "val/pass@*",
+    "val/*/avg@*",
     "train/train_infer_mask",
     "train/ppo_clip_ratio",
     "train/version_gap_mean",
@@ -33,6 +37,28 @@ def read_metrics(csv_path: Path) -> dict[str, list[tuple[int, float]]]:
     return series
 
 
+def panel_lines(names: list[str], panels: tuple[str, ...]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The panels to draw from the metric `names` present: (title, [(metric, line label)]).
+
+    A panel name is a metric (one line), a prefix ending in `*` (a panel of its own for every metric
+    with that prefix: `val/avg@*` gives `val/avg@4`), or a pattern with a `*` before its end (one
+    panel with a line per match, labelled by what the first `*` matched: `val/*/avg@*` draws each
+    task of a mixture). Panels with nothing present are left out.
+    """
+    drawn = []
+    for panel in panels:
+        if "*" in panel[:-1]:
+            label = re.compile(re.escape(panel).replace(r"\*", "(.*)"))
+            matches = sorted(name for name in names if fnmatch.fnmatchcase(name, panel))
+            if matches:
+                drawn.append((panel, [(name, label.fullmatch(name).group(1)) for name in matches]))
+        elif panel.endswith("*"):
+            drawn += [(name, [(name, "")]) for name in sorted(n for n in names if n.startswith(panel[:-1]))]
+        elif panel in names:
+            drawn.append((panel, [(panel, "")]))
+    return drawn
+
+
 def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...] = DEFAULT_PANELS) -> Path:
     """Draw one panel per metric present in `csv_path` and save them as one PNG."""
     import matplotlib
@@ -41,23 +67,20 @@ def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...]
     import matplotlib.pyplot as plt
 
     series = read_metrics(csv_path)
-    # A panel ending in `*` stands for every metric with that prefix (e.g. val/avg@4 for val/avg@*).
-    present = [
-        name
-        for key in panels
-        for name in (sorted(n for n in series if n.startswith(key[:-1])) if key.endswith("*") else [key])
-        if name in series
-    ]
+    present = panel_lines(list(series), panels)
     columns = min(max(len(present), 1), 3)
     rows = -(-max(len(present), 1) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
     for axis in axes.flat[len(present) :]:
         axis.set_visible(False)
-    for axis, key in zip(axes.flat, present):
-        steps, values = zip(*series[key])
-        # Held-out metrics come every few hundred steps: mark the points.
-        axis.plot(steps, values, linewidth=1.2, marker="o" if key.startswith("val/") else None, markersize=3)
-        axis.set_title(key, fontsize=9)
+    for axis, (title, lines) in zip(axes.flat, present):
+        for key, label in lines:
+            steps, values = zip(*series[key])
+            # Held-out metrics come every few hundred steps: mark the points.
+            axis.plot(steps, values, linewidth=1.2, marker="o" if key.startswith("val/") else None, markersize=3, label=label or None)
+        if any(label for _, label in lines):
+            axis.legend(fontsize=7)
+        axis.set_title(title, fontsize=9)
         axis.set_xlabel("step")
         axis.grid(alpha=0.3)
     figure.tight_layout()

@@ -10,7 +10,7 @@ and its callbacks (weight push, EWMA, snapshots) never see the supervised steps.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import lightning as L
@@ -19,21 +19,24 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.env_calls import call_blocking
-from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_format_for
+from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.text import pad_token_id
 
 
-def demonstration_trajectories(env: Environment, episode_format: EpisodeFormat, num_episodes: int, rng: random.Random) -> list[Trajectory]:
+def demonstration_trajectories(
+    env: Environment, episode_formats: Mapping[str | None, EpisodeFormat], num_episodes: int, rng: random.Random
+) -> list[Trajectory]:
     """Scripted plays as trajectories, in the format the engine's episodes have (raw text or the
-    chat template): demonstrated agent turns are the policy tokens."""
+    chat template; a mixture's tasks each in their own): demonstrated agent turns are the policy tokens."""
     trajectories = []
     for _ in range(num_episodes):
-        instance = env.sample_instance(rng)
-        trajectory = Trajectory(group_id=-1)
-        episode_format.open(trajectory, call_blocking(env.new_episode(instance).reset, rng.getrandbits(31)))
-        demonstration = list(env.demonstration(instance))
+        task = env.task_of(env.sample_instance(rng))
+        episode_format = episode_formats[task.name]
+        trajectory = Trajectory(group_id=-1, task=task.name)
+        episode_format.open(trajectory, call_blocking(task.env.new_episode(task.instance).reset, rng.getrandbits(31)))
+        demonstration = list(task.env.demonstration(task.instance))
         for turn, (action, observation) in enumerate(demonstration):
             action_ids = episode_format.demonstrated_turn_ids(action)
             trajectory.extend_policy(action_ids, [0.0] * len(action_ids), [0] * len(action_ids))
@@ -48,13 +51,13 @@ class DemonstrationStream(IterableDataset):
 
     def __init__(self, env: Environment, tokenizer: Any, batch_size: int, seed: int) -> None:
         self.env, self.batch_size, self.seed = env, batch_size, seed
-        self.episode_format = episode_format_for(tokenizer, env)
+        self.episode_formats = episode_formats_for(tokenizer, env)
         self.pad_id = pad_token_id(tokenizer)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rng = random.Random(self.seed)
         while True:
-            yield collate(demonstration_trajectories(self.env, self.episode_format, self.batch_size, rng), pad_id=self.pad_id)
+            yield collate(demonstration_trajectories(self.env, self.episode_formats, self.batch_size, rng), pad_id=self.pad_id)
 
 
 class SupervisedWarmStart(L.LightningModule):

@@ -129,6 +129,13 @@ MALFORMED = [
     (["env=reasoning_gym", "env.turn_stop=ab"], "env.turn_stop"),  # not one token of the tiny tokenizer
     (["env=reasoning_gym", "env.task=no_such_task"], "env.task"),
     (["env=reasoning_gym", "env.answer_format=first_number"], "env.answer_format"),
+    (["env=mixture", "env.weights={desk: 2, airline: 1}"], "env.weights.airline: no such task"),
+    (["env=mixture", "env.weights={desk: 0}"], "env.weights.desk must be a number > 0"),
+    (
+        ["env=mixture", "+env.tasks.guess_number.max_value=0"],
+        "full_key: data.env.tasks.guess_number",
+    ),  # a task's own check, named by its path
+    (["env=mixture", "rollout.max_model_len=12"], "first prompt of ServiceDeskEnv"),  # each task's first prompt is checked
     (["loss=no_such_loss"], "loss/no_such_loss"),
     (["reference=no_such_reference"], "reference/no_such_reference"),
     (["env=no_such_env"], "env/no_such_env"),

@@ -47,7 +47,9 @@ def test_experiment_instantiates(experiment, tmp_path):
     assert (
         trainer.max_steps
         == cfg.trainer.max_steps
-        == {"service_desk": 300, "service_desk_user": 300, "service_desk_llm_user": 20, "smollm2_arithmetic": 12}.get(experiment, 500)
+        == {"service_desk": 300, "service_desk_user": 300, "service_desk_llm_user": 20, "smollm2_arithmetic": 12, "task_mix": 300}.get(
+            experiment, 500
+        )
     )
     periodic, final = trainer.checkpoint_callbacks
     assert periodic._every_n_train_steps == 7 and final.filename == "last"
@@ -151,11 +153,20 @@ def test_findings_sweeps_build_every_job_in_the_paper_setting(sweep, tmp_path):
 # -- Lightning CLI parity --------------------------------------------------------------------
 
 
+def shape(value):
+    """A config object as plain values: its type and public attributes, nested objects alike."""
+    if type(value).__module__.startswith("lit_asyncrl."):
+        return type(value), {k: shape(v) for k, v in vars(value).items() if not k.startswith("_")}
+    return value
+
+
 def describe(module: AsyncRLModule, datamodule: RolloutDataModule) -> dict:
     """What a run's semantics depend on, as plain values."""
     rollouts = datamodule.rollouts
     public = lambda obj: {k: v for k, v in vars(obj).items() if not k.startswith("_")}  # noqa: E731
     return {
+        # the environment's tasks (itself, or a mixture's), with their users
+        "tasks": {name: shape(task) for name, task in rollouts.env.tasks().items()},
         "loss": (type(module.loss_fn), public(module.loss_fn)),
         "reference": (type(module.reference), public(module.reference)),
         "hparams": {k: v for k, v in module.hparams.items() if not k.startswith("_")},  # the CLI adds _class_path
@@ -187,7 +198,7 @@ def test_cli_configs_are_generated_from_the_current_hydra_configs():
         )
 
 
-@pytest.mark.parametrize("name", ["default", "snapshot", "ppo_ewma", "sync", "linear_prox_train_infer"])
+@pytest.mark.parametrize("name", ["default", "snapshot", "ppo_ewma", "sync", "linear_prox_train_infer", "task_mix"])
 def test_cli_config_builds_the_same_objects_as_hydra(name, tmp_path):
     overrides = hydra_runs()[name]
     cfg = compose_train([*overrides, f"hydra.run.dir={tmp_path}"])

@@ -42,6 +42,15 @@ class Transition(NamedTuple):
         return bool(self.info.get("success", False))
 
 
+class TaskInstance(NamedTuple):
+    """Which task plays an instance: its name in a mixture (None for a single task), the task's
+    environment and the instance as that environment knows it."""
+
+    name: str | None
+    env: Environment
+    instance: Any
+
+
 class TextEnv(Protocol):
     """One episode of a task instance. `reset` and `step` may each be sync or `async def`."""
 
@@ -112,6 +121,16 @@ class Environment(abc.ABC):
     def close(self) -> None:
         """Free what `start` made; safe to call twice and without `start` (no-op by default)."""
         return None
+
+    def tasks(self) -> dict[str | None, Environment]:
+        """The task families this environment plays, by name: itself alone (under None) by default;
+        a mixture of tasks (`TaskMix`) names each of its tasks."""
+        return {None: self}
+
+    def task_of(self, instance: Any) -> TaskInstance:
+        """The task that plays `instance`. The episode runner plays each instance with its task's own
+        settings (turn stop, turn limits, chat roles, latency), so a mixture's tasks keep theirs."""
+        return TaskInstance(None, self, instance)
 
     def instance_key(self, instance: Any) -> str:
         """A stable text identifying the instance (two equal keys are the same task)."""

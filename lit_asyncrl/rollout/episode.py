@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from lit_asyncrl.envs.base import Environment, Transition
@@ -60,6 +61,21 @@ async def play_episode(
                 trajectory.env_failure = trajectory.env_failure or "env_error"
                 trajectory.env_failure_message = trajectory.env_failure_message or f"{type(env).__name__} close: {error!r}"
     return trajectory
+
+
+async def play_instance(
+    engine: VLLMEngine,
+    env: Environment,
+    episode_formats: Mapping[str | None, EpisodeFormat],
+    instance: object,
+    trajectory: Trajectory,
+    **settings: Any,
+) -> Trajectory:
+    """`play_episode` of `instance` by the task that owns it (`env.task_of`: the environment itself,
+    or one task of a mixture), in that task's format; the trajectory records the task's name."""
+    task = env.task_of(instance)
+    trajectory.task = task.name
+    return await play_episode(engine, task.env, episode_formats[task.name], task.instance, trajectory, **settings)
 
 
 class EnvironmentFailure(Exception):

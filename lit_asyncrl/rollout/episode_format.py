@@ -169,6 +169,12 @@ def episode_format_for(tokenizer: Any, env: Environment) -> EpisodeFormat:
     return PlainFormat(tokenizer, env)
 
 
+def episode_formats_for(tokenizer: Any, env: Environment) -> dict[str | None, EpisodeFormat]:
+    """The format of each task `env` plays, by task name (`Environment.tasks`): one for a single
+    task, one per task of a mixture (each with its own stop text and chat roles)."""
+    return {name: episode_format_for(tokenizer, task) for name, task in env.tasks().items()}
+
+
 def _split(text: str, marker: str, what: str) -> tuple[str, str]:
     if text.count(marker) != 1:
         raise ValueError(f"the chat template does not render the content of {what} verbatim (got {text!r})")

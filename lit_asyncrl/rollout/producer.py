@@ -7,14 +7,14 @@ import collections
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
-from lit_asyncrl.rollout.episode import play_episode
+from lit_asyncrl.rollout.episode import play_instance
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 
@@ -32,7 +32,7 @@ class RolloutProducer:
         self,
         engine: VLLMEngine,
         env: Environment,
-        episode_format: EpisodeFormat,
+        episode_formats: Mapping[str | None, EpisodeFormat],
         buffer: RolloutBuffer,
         *,
         group_size: int,
@@ -48,7 +48,7 @@ class RolloutProducer:
         group_ids: Iterator[int] | None = None,
         admits: Callable[[], bool] | None = None,
     ) -> None:
-        self.engine, self.env, self.episode_format, self.buffer = engine, env, episode_format, buffer
+        self.engine, self.env, self.episode_formats, self.buffer = engine, env, episode_formats, buffer
         self.group_size = group_size
         self.max_concurrent_groups = max_concurrent_groups
         self.sampling = {"temperature": temperature, "top_k": top_k, "max_context": max_context}
@@ -198,8 +198,15 @@ class RolloutProducer:
             seeds = [self.rng.getrandbits(31) for _ in trajectories]
             await asyncio.gather(
                 *(
-                    play_episode(
-                        self.engine, self.env, self.episode_format, instance, trajectory, call_env=self.call_env, seed=seed, **self.sampling
+                    play_instance(
+                        self.engine,
+                        self.env,
+                        self.episode_formats,
+                        instance,
+                        trajectory,
+                        call_env=self.call_env,
+                        seed=seed,
+                        **self.sampling,
                     )
                     for trajectory, seed in zip(trajectories, seeds)
                 )

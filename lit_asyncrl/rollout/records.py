@@ -44,6 +44,8 @@ class Trajectory:
     #: Tokens whose pi_old was computed under another version than the one that sampled them
     #: (a pause/stream race); their pi_old was reset to NaN so the loss drops and counts them.
     misattributed_scores: int = 0
+    #: The task of a mixture that played the episode (None for a single task).
+    task: str | None = None
 
     def extend_context(self, token_ids: list[int]) -> None:
         """Append tokens the policy did not write (prompt or observation)."""
@@ -103,6 +105,12 @@ def group_normalized_advantages(rewards: list[float], eps: float = 1e-6) -> list
     centered = values - values.mean()
     scale = values.std(unbiased=False) + eps
     return (centered / scale).tolist()
+
+
+def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) -> dict:
+    """A mixture's batch columns: each row's task as an index into `task_names` (`task_ids` [B]) and
+    the names themselves, the same tuple in every batch so that every rank knows every task."""
+    return {"task_ids": torch.tensor([task_names.index(t.task) for t in trajectories], dtype=torch.long), "task_names": task_names}
 
 
 def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:

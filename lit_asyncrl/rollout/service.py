@@ -23,6 +23,11 @@ Batch schema (what `next_batch` returns; the module trains on any source that yi
     group_ids          long  [B]     advantage group of each episode
     temperature        float         sampling temperature (the trainer scores with the same)
     top_k              int           sampling top-k (-1 = off)
+
+A mixture of tasks (`TaskMix`) adds, in training and evaluation batches alike:
+
+    task_ids           long  [B]     the task of each episode (evaluation: of each instance), an index into
+    task_names         tuple[str]    every task of the mixture, the same tuple in every batch
 """
 
 from __future__ import annotations
@@ -87,7 +92,8 @@ class RolloutService(Protocol):
         """Play `samples` sampled episodes and one greedy episode of each instance with the weights
         generation uses now, outside the training buffer and its accounting.
 
-        Returns `success` float [N, samples], `rewards` float [N, samples] and `greedy_success` float [N].
+        Returns `success` float [N, samples], `rewards` float [N, samples] and `greedy_success` float [N]
+        (for a mixture of tasks also `task_ids` [N] and `task_names`).
         """
 
     def stats(self) -> dict[str, float]:

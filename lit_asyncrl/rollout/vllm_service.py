@@ -19,11 +19,11 @@ from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel, ProcessWorker
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
-from lit_asyncrl.rollout.episode import play_episode
-from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_format_for
+from lit_asyncrl.rollout.episode import play_instance
+from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
-from lit_asyncrl.rollout.records import Trajectory, collate
+from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
 from lit_asyncrl.rollout.routing import LeastLoadedRouter
 from lit_asyncrl.rollout.service import RolloutServiceError, ScoreFn
 from lit_asyncrl.text import pad_token_id
@@ -108,10 +108,13 @@ class VLLMRolloutService:
         self._version, self._train = 0, True
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         # Made here, before any engine starts: an unusable chat template or stop text fails fast.
-        self.episode_format = episode_format_for(self.tokenizer, env)
+        self.episode_formats = episode_formats_for(self.tokenizer, env)
+        #: A mixture's task names (batches say which task played each row); () for a single task.
+        self.task_names = tuple(name for name in env.tasks() if name is not None)
         self.pad_id = pad_token_id(self.tokenizer)
         _check_tokenizer_fits_model(self.model_path, self.tokenizer)
-        _check_context_holds_a_turn(env, self.episode_format, engine_config.max_model_len, seed)
+        for name, task in env.tasks().items():
+            _check_context_holds_a_turn(task, self.episode_formats[name], engine_config.max_model_len, seed)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
         #: One engine and one producer per lane (None before `start` and after `close`).
         self.engines: list[VLLMEngine | None] = [None] * num_engines
@@ -194,7 +197,7 @@ class VLLMRolloutService:
         producer = RolloutProducer(
             engine,
             self.env,
-            self.episode_format,
+            self.episode_formats,
             self.buffer,
             group_size=self.group_size,
             max_concurrent_groups=_share(self.max_concurrent_groups, lane, self.num_engines, minimum=1),
@@ -296,7 +299,10 @@ class VLLMRolloutService:
                         f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise data.batch_timeout_s "
                         f"if generation is this slow); rollout stats: {self.stats()}"
                     ) from None
-        batch = collate([t for group in groups for t in group], pad_id=self.pad_id)
+        trajectories = [t for group in groups for t in group]
+        batch = collate(trajectories, pad_id=self.pad_id)
+        if self.task_names:
+            batch.update(task_columns(trajectories, self.task_names))
         batch["temperature"] = self.temperature
         batch["top_k"] = self.top_k
         return batch
@@ -343,11 +349,14 @@ class VLLMRolloutService:
             for share, future in zip(shares, futures):
                 rows.update(zip(share, future.result()))
         ordered = [rows[index] for index in range(len(instances))]
-        return {
+        played = {
             "success": torch.tensor([[float(t.success) for t in row[:samples]] for row in ordered]),
             "rewards": torch.tensor([[t.reward for t in row[:samples]] for row in ordered]),
             "greedy_success": torch.tensor([float(row[samples].success) for row in ordered]),
         }
+        if self.task_names:
+            played.update(task_columns([row[samples] for row in ordered], self.task_names))
+        return played
 
     def _evaluate_on(
         self, engine: VLLMEngine, instances: list[Any], indices: list[int], samples: int, timeout_s: float
@@ -365,10 +374,10 @@ class VLLMRolloutService:
         async def play(instance: Any, seed: int, sampling: dict) -> Trajectory:
             trajectory = Trajectory(group_id=-1)
             max_context = self.engine_config.max_model_len
-            return await play_episode(
+            return await play_instance(
                 engine,
                 self.env,
-                self.episode_format,
+                self.episode_formats,
                 instance,
                 trajectory,
                 call_env=call_env,

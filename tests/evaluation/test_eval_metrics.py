@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lit_asyncrl.eval_metrics import AvgAtK, PassAtK, pass_at_k
+from lit_asyncrl.eval_metrics import AvgAtK, HeldOutMetrics, PassAtK, pass_at_k
 
 
 def test_pass_at_k_matches_the_combinatorial_formula_by_hand():
@@ -52,3 +52,38 @@ def test_states_are_sums_so_distributed_reduction_is_exact():
     merged = (rank0.total + rank1.total) / (rank0.instances + rank1.instances)
     assert merged.item() == pytest.approx(single.compute().item())
     assert single.compute().item() == pytest.approx((0.5 + 1 + 0 + 0.5) / 4)
+
+
+def test_held_out_metrics_of_a_mixture_are_kept_per_task_and_overall():
+    metrics = HeldOutMetrics(2, ("desk", "guess"))
+    # Chunk 1: two desk instances and one guess instance, 4 samples each.
+    first = metrics.update(
+        torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),
+        torch.tensor([1.0, 0.0, 1.0]),
+        torch.tensor([0, 0, 1]),
+    )
+    assert {name: count for name, (_, count) in first.items()} == {
+        "val/avg@2": 3, "val/pass@2": 3, "val/greedy_success": 3,
+        "val/desk/avg@2": 2, "val/desk/pass@2": 2, "val/desk/greedy_success": 2,
+        "val/guess/avg@2": 1, "val/guess/pass@2": 1, "val/guess/greedy_success": 1,
+    }  # fmt: skip
+    # Chunk 2: one desk instance only; the game's metrics are not touched.
+    second = metrics.update(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), torch.tensor([0.0]), torch.tensor([0]))
+    assert not any("/guess/" in name for name in second)
+    values = metrics.compute()
+    # desk: avg@2 per instance 2/4, 0, 1/4 -> 0.25; pass@2 = 1 - C(n-c,2)/C(4,2): 1 - 1/6, 0, 1 - 3/6
+    assert values["val/desk/avg@2"] == pytest.approx(0.25)
+    assert values["val/desk/pass@2"] == pytest.approx((5 / 6 + 0 + 1 / 2) / 3)
+    assert values["val/desk/greedy_success"] == pytest.approx(1 / 3)
+    assert values["val/guess/avg@2"] == 1.0 and values["val/guess/pass@2"] == 1.0 and values["val/guess/greedy_success"] == 1.0
+    # overall: every instance once, (0.5 + 0 + 1 + 0.25) / 4; pass (5/6 + 0 + 1 + 1/2) / 4
+    assert values["val/avg@2"] == pytest.approx(1.75 / 4)
+    assert values["val/pass@2"] == pytest.approx((5 / 6 + 1 + 1 / 2) / 4)
+    assert values["val/greedy_success"] == pytest.approx(2 / 4)
+
+
+def test_held_out_metrics_of_a_single_task_have_only_the_overall_names():
+    metrics = HeldOutMetrics(4)
+    updated = metrics.update(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), torch.tensor([1.0]))
+    assert set(updated) == {"val/avg@4", "val/pass@4", "val/greedy_success"}
+    assert metrics.compute() == {"val/avg@4": 0.25, "val/pass@4": 1.0, "val/greedy_success": 1.0}

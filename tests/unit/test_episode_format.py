@@ -167,7 +167,7 @@ def test_the_format_follows_the_tokenizer(chat, tokenizer):
 
 def test_demonstrations_have_the_played_layout(chat):
     env = GuessNumberEnv()
-    (trajectory,) = demonstration_trajectories(env, ChatTemplateFormat(chat, env), 1, random.Random(0))
+    (trajectory,) = demonstration_trajectories(env, {None: ChatTemplateFormat(chat, env)}, 1, random.Random(0))
     text = chat.decode(trajectory.token_ids)
     policy = chat.decode([token for token, mask in zip(trajectory.token_ids, trajectory.loss_mask) if mask])
     assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n?<|im_end|>\n<|im_start|>assistant\n")

@@ -102,7 +102,7 @@ def engines():
             settings = dict(group_size=2, max_concurrent_groups=4, temperature=1.0, top_k=-1, max_context=256, seed=0)
             settings.update(overrides)
             env = settings.pop("env", None) or GuessNumberEnv()
-            producer = RolloutProducer(engine, env, PlainFormat(tokenizer, env), buffer, **settings)
+            producer = RolloutProducer(engine, env, {None: PlainFormat(tokenizer, env)}, buffer, **settings)
             next(entry for entry in made if entry[0] is engine)[1].append(producer)
             return producer
 

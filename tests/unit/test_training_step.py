@@ -249,6 +249,25 @@ def test_the_module_trains_on_any_datamodule_that_yields_the_schema():
     assert not torch.equal(module.policy.model.embed_tokens.weight, before)  # it did train
 
 
+def test_a_mixtures_batches_log_training_success_per_task_present():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    names = ("desk", "desk_customer", "guess_number")
+    # Step 1: rows 0-1 desk, rows 2-3 the game; step 2: rows 0-1 the desk with a customer, rows 2-3 the desk.
+    first = {**make_batch(all_version(0), [1.0, 0.0, 1.0, 1.0]), "task_ids": torch.tensor([0, 0, 2, 2]), "task_names": names}
+    second = {**make_batch(all_version(1), [0.0, 0.0, 1.0, 0.0]), "task_ids": torch.tensor([1, 1, 0, 0]), "task_names": names}
+    logger = RecordingLogger()
+    trainer = make_trainer(2, [], logger=logger)
+    trainer.fit(module, datamodule=PlainDataModule([first, second]))
+    per_task = [
+        {key: value for key, value in logger.keys_at(step).items() if key.endswith("/task_success") and key.count("/") == 2}
+        for step in (0, 1)
+    ]
+    # A task without an episode in a step has no value in that step's row.
+    assert per_task[0] == {"train/desk/task_success": 0.5, "train/guess_number/task_success": 1.0}
+    assert per_task[1] == {"train/desk_customer/task_success": 0.0, "train/desk/task_success": 0.5}
+
+
 def test_non_finite_mu_from_the_engine_is_masked_and_counted_and_the_loss_stays_finite():
     torch.manual_seed(0)
     module = AsyncRLModule(loss=PPOClip(), lr=1e-3)

@@ -1,0 +1,121 @@
+"""A mixture of tasks: one run trains on several task families and evaluates each on its own.
+
+The paper trains on a corpus spanning several agentic environments and reports held-out success
+per domain (tau2-bench's retail, airline and telecom side by side). `TaskMix` is that setting: each
+training group is an instance of one task, drawn by weight; each task keeps its own held-out split,
+its own turn settings and chat roles (the episode runner asks `task_of` which task plays an
+instance), and the module logs avg@k / pass@k per task (`val/<task>/avg@k`) beside the overall ones.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from lit_asyncrl.envs.base import Environment, TaskInstance, TextEnv
+
+#: Task names become metric keys (`val/<name>/avg@4`): lower-case words only.
+_TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class MixInstance(NamedTuple):
+    """An instance of a mixture: the task's name and the task's own instance."""
+
+    task: str
+    instance: Any
+
+
+class TaskMix(Environment):
+    """Several task families in one run, each instance played by its own task.
+
+    Args:
+        tasks: the tasks by name (`{retail: ServiceDeskEnv(...), game: GuessNumberEnv(...)}`); a
+            name is a metric key, so lower-case letters, digits and `_`. Each task keeps its own
+            `latency_s`, `episode_timeout_s`, turn settings and held-out split.
+        weights: how often each task's instances are drawn for training, relative to each other
+            (a task left out weighs 1); None = every task equally often.
+    """
+
+    def __init__(self, tasks: Mapping[str, Environment], weights: Mapping[str, float] | None = None) -> None:
+        super().__init__()
+        if not isinstance(tasks, Mapping) or not tasks:
+            raise ValueError(f"env.tasks must name at least one task (a mapping of name to environment), got {tasks!r}")
+        for name, task in tasks.items():
+            if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
+                raise ValueError(f"env.tasks: the task name {name!r} must be lower-case letters, digits and '_' (it names metrics)")
+            if not isinstance(task, Environment):
+                raise ValueError(f"env.tasks.{name} must be an Environment, got {type(task).__name__}")
+            if isinstance(task, TaskMix):
+                raise ValueError(f"env.tasks.{name} is a TaskMix itself: list its tasks in this one instead")
+        weights = dict(weights or {})
+        for name, weight in weights.items():
+            if name not in tasks:
+                raise ValueError(f"env.weights.{name}: no such task (tasks: {', '.join(tasks)})")
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and weight > 0):
+                raise ValueError(f"env.weights.{name} must be a number > 0, got {weight!r}")
+        self._tasks = dict(tasks)
+        self._names = list(self._tasks)
+        self._weights = [float(weights.get(name, 1.0)) for name in self._names]
+
+    def tasks(self) -> dict[str, Environment]:
+        return dict(self._tasks)
+
+    def task_of(self, instance: MixInstance) -> TaskInstance:
+        return TaskInstance(instance.task, self._tasks[instance.task], instance.instance)
+
+    def _draw_task(self, rng: random.Random) -> str:
+        return rng.choices(self._names, weights=self._weights)[0]
+
+    def generate_instance(self, rng: random.Random) -> MixInstance:
+        name = self._draw_task(rng)
+        return MixInstance(name, self._tasks[name].generate_instance(rng))
+
+    def sample_instance(self, rng: random.Random) -> MixInstance:
+        # The task draws its own training instance: its split (and any override of it) holds.
+        name = self._draw_task(rng)
+        return MixInstance(name, self._tasks[name].sample_instance(rng))
+
+    def is_held_out(self, instance: MixInstance) -> bool:
+        return self._tasks[instance.task].is_held_out(instance.instance)
+
+    def instance_key(self, instance: MixInstance) -> str:
+        return f"{instance.task}/{self._tasks[instance.task].instance_key(instance.instance)}"
+
+    def held_out_instances(self, count: int, seed: int = 0) -> list[MixInstance]:
+        """`count` held-out instances shared evenly over the tasks (at least one each), task by task."""
+        found = []
+        for index, (name, task) in enumerate(self._tasks.items()):
+            share = max(1, count // len(self._tasks) + (index < count % len(self._tasks)))
+            found += [MixInstance(name, instance) for instance in task.held_out_instances(share, seed=seed)]
+        return found
+
+    def new_episode(self, instance: MixInstance) -> TextEnv:
+        return self._tasks[instance.task].new_episode(instance.instance)
+
+    def demonstration(self, instance: MixInstance) -> list[tuple[str, str]]:
+        return self._tasks[instance.task].demonstration(instance.instance)
+
+    def start(self) -> None:
+        started = []
+        try:
+            for task in self._tasks.values():
+                task.start()
+                started.append(task)
+        except BaseException:
+            for task in reversed(started):
+                task.close()
+            raise
+
+    def close(self) -> None:
+        # Every task is closed even if one fails; the first failure is raised after the others.
+        failure: BaseException | None = None
+        for task in self._tasks.values():
+            try:
+                task.close()
+            except BaseException as error:  # noqa: BLE001 - re-raised below, after the other tasks
+                failure = failure or error
+        if failure is not None:
+            raise failure
