@@ -211,3 +211,30 @@ def test_legend_columns_fit_the_longest_label():
     # four labels of 90 characters (the fig3 sweep's): one per row, none cut at the edges
     assert legend_columns(["x" * 90] * 4) == 1
     assert legend_columns([]) == 1
+
+
+def test_runs_on_a_mixture_get_a_table_per_task(tmp_path):
+    from lit_asyncrl.report.table import per_task_table
+
+    for seed, desk_end, guess_end in ((0, 0.5, 1.0), (1, 0.7, 0.5)):
+        held_out = [
+            {"step": 0, "val/avg@4": 0.4, "val/desk/avg@4": 0.3, "val/desk/pass@4": 0.6, "val/guess/avg@4": 0.5, "val/guess/pass@4": 1.0},
+            {
+                "step": 5,
+                "val/avg@4": 0.6,
+                "val/desk/avg@4": desk_end,
+                "val/desk/pass@4": 0.9,
+                "val/guess/avg@4": guess_end,
+                "val/guess/pass@4": 1.0,
+            },
+        ]
+        write_run(tmp_path / f"seed={seed}", ["experiment=task_mix", f"seed={seed}"], [*training_rows([0.1], [1.0], 0.0, 1.0), *held_out])
+    groups = group_by_label([load_run(path) for path in sorted(tmp_path.iterdir())])
+    table = per_task_table(groups).splitlines()
+    assert table[0] == "| configuration | desk avg@4 start -> end | desk pass@4 end | guess avg@4 start -> end | guess pass@4 end |"
+    # desk: 0.3 at the start in both seeds, 0.5 and 0.7 at the end: 0.6 ± 0.141; guess ends at 1.0 and 0.5: 0.75 ± 0.354
+    assert table[2] == "| task_mix | 0.300 -> 0.600 ± 0.141 | 0.900 | 0.500 -> 0.750 ± 0.354 | 1.000 |"
+    # A run on one task has no such table.
+    assert (
+        per_task_table({"snapshot": [load_run(write_run(tmp_path / "single", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}) is None
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lit_asyncrl.report.figures import plot_curves, plot_fidelity
 from lit_asyncrl.report.runs import group_by_label, load_run
-from lit_asyncrl.report.table import COLUMN_NOTES, results_table
+from lit_asyncrl.report.table import COLUMN_NOTES, per_task_table, results_table
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         "",
         COLUMN_NOTES,
         "",
+    ]
+    tasks = per_task_table(groups)
+    if tasks is not None:
+        lines += ["Held out, per task of the mixture (mean ± spread over seeds, as above):", "", tasks, ""]
+    lines += [
         f"![curves]({curves.name})",
     ]
     if fidelity is not None:

@@ -75,6 +75,27 @@ def results_table(groups: dict[str, list[Run]]) -> str:
     return "\n".join(lines)
 
 
+def per_task_table(groups: dict[str, list[Run]]) -> str | None:
+    """Markdown for runs on a mixture of tasks: per task, held-out avg@k at start and end and pass@k
+    at end (the paper's layout, a column pair per domain); None when no run logged a task's metrics."""
+    names = sorted({name for runs in groups.values() for run in runs for name in run.series})
+    avg_keys = [name for name in names if name.count("/") == 2 and name.startswith("val/") and "/avg@" in name]
+    if not avg_keys:
+        return None
+    tasks = [(key.split("/")[1], key, key.replace("/avg@", "/pass@")) for key in avg_keys]
+    k = avg_keys[0].rsplit("@", 1)[1]
+    header = ["configuration", *(column for task, _, _ in tasks for column in (f"{task} avg@{k} start -> end", f"{task} pass@{k} end"))]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for label, members in groups.items():
+        runs = [run for run in members if run.summary is not None] or members
+        cells = [label]
+        for _, avg_key, pass_key in tasks:
+            start, end = per_seed(runs, first_value(avg_key)), per_seed(runs, final_value(avg_key))
+            cells += [f"{_cell(start)} -> {_cell(end)}", _cell(per_seed(runs, final_value(pass_key)))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 COLUMN_NOTES = """Columns: mean ± sample standard deviation over seeds (no ± with one seed), over the finished
 runs when a configuration has any. *held-out* values
 are the first (after the warm start, before any RL step) and the last evaluation of each run, on

@@ -22,6 +22,9 @@ class RankProbe(L.Callback):
     def __init__(self, out_dir: str) -> None:
         self.out_dir = Path(out_dir)
         self.group_ids: list[list[int]] = []
+        #: Per batch: each episode's success and, in a mixture of tasks, its task's index.
+        self.success: list[list[float]] = []
+        self.task_ids: list[list[int]] = []
         self.step_metrics: list[dict[str, float]] = []
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -32,6 +35,8 @@ class RankProbe(L.Callback):
         def recording_next_batch(timeout_s: float) -> dict:
             batch = next_batch(timeout_s)
             self.group_ids.append(batch["group_ids"].tolist())
+            self.success.append(batch["success"].tolist())
+            self.task_ids.append(batch["task_ids"].tolist() if "task_ids" in batch else [])
             return batch
 
         rollouts.next_batch = recording_next_batch
@@ -44,6 +49,8 @@ class RankProbe(L.Callback):
         ewmas = [callback for callback in trainer.callbacks if isinstance(callback, EWMAReference)]
         state = {
             "group_ids": self.group_ids,
+            "success": self.success,
+            "task_ids": self.task_ids,
             "step_metrics": self.step_metrics,
             "ewma_average": {name: tensor.clone() for name, tensor in ewmas[0].averaged_parameters.items()} if ewmas else None,
             # Gathered whole under FSDP2 (a collective every rank joins; plain tensors pass as they are).

@@ -52,7 +52,8 @@ RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
 def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
-    check_two_ddp_processes_on_two_engines(tmp_path, placement=[])
+    # On a mixture of tasks: each task's training success is over the global batch, both ranks' shards.
+    check_two_ddp_processes_on_two_engines(tmp_path, placement=[], env=["env=mixture"])
 
 
 # Its own test (not a parameter of the one above), so its group mark reads plainly.
@@ -60,6 +61,21 @@ def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
 def test_two_ddp_processes_on_two_engines_as_ray_actors_train_each_group_once(tmp_path):
     pytest.importorskip("ray")
     check_two_ddp_processes_on_two_engines(tmp_path, placement=RAY)
+
+
+def assert_task_success_is_over_both_ranks(ranks: list[dict], rows: list[dict]) -> None:
+    """Each step's `train/<task>/task_success` is that task's share of successes over the episodes
+    both ranks trained on (computed here from the probes), and absent where no episode had the task."""
+    names = ("desk", "desk_customer", "guess_number")  # conf/env/mixture.yaml's tasks, in order
+    for step in range(STEPS):
+        logged = {key: value for row in rows if row.get("step") == step for key, value in row.items() if key.endswith("/task_success")}
+        expected = {}
+        for index, name in enumerate(names):
+            outcomes = [won for state in ranks for won, task in zip(state["success"][step], state["task_ids"][step]) if task == index]
+            if outcomes:
+                expected[f"train/{name}/task_success"] = sum(outcomes) / len(outcomes)
+        assert expected and {key: logged[key] for key in expected} == pytest.approx(expected), (step, logged)
+        assert not set(logged) - set(expected) - {"train/task_success"}, (step, logged)
 
 
 def load_probes_and_check_each_group_trained_once(probe_dir: Path) -> list[dict]:
@@ -84,11 +100,12 @@ def load_probes_and_check_each_group_trained_once(probe_dir: Path) -> list[dict]
     return ranks
 
 
-def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str]) -> None:
+def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str], env: list[str] = ()) -> None:
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
         [
             *placement,
+            *env,
             SMALL_KV,
             *SMALL_RUN,
             f"trainer.max_steps={STEPS}",
@@ -123,6 +140,8 @@ def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str]) -> No
     for row in train_rows:
         assert_accounting_holds(row)
     assert_both_engines_generated(rows, steps=STEPS)
+    if env:
+        assert_task_success_is_over_both_ranks(ranks, rows)
     assert (tmp_path / "run" / "summary.json").exists()  # written once, by rank 0
     if placement:  # the Ray instance the run started is gone with it, its temp dir too
         assert ray_processes() == []
