@@ -43,7 +43,7 @@ def panel_lines(names: list[str], panels: tuple[str, ...]) -> list[tuple[str, li
     A panel name is a metric (one line), a prefix ending in `*` (a panel of its own for every metric
     with that prefix: `val/avg@*` gives `val/avg@4`), or a pattern with a `*` before its end (one
     panel with a line per match, labelled by what the first `*` matched: `val/*/avg@*` draws each
-    task of a mixture). Panels with nothing present are left out.
+    task of a mixture, titled `val/<task>/avg@4`). Panels with nothing present are left out.
     """
     drawn = []
     for panel in panels:
@@ -51,7 +51,10 @@ def panel_lines(names: list[str], panels: tuple[str, ...]) -> list[tuple[str, li
             label = re.compile(re.escape(panel).replace(r"\*", "(.*)"))
             matches = sorted(name for name in names if fnmatch.fnmatchcase(name, panel))
             if matches:
-                drawn.append((panel, [(name, label.fullmatch(name).group(1)) for name in matches]))
+                lines = [(name, label.fullmatch(name).group(1)) for name in matches]
+                first, first_label = lines[0]
+                title = first.replace(f"/{first_label}/", "/<task>/", 1)
+                drawn.append((title, lines))
         elif panel.endswith("*"):
             drawn += [(name, [(name, "")]) for name in sorted(n for n in names if n.startswith(panel[:-1]))]
         elif panel in names:

@@ -2,6 +2,10 @@
 
 Accounting holds at every moment: produced = trained + dropped + pending (in episodes). Episodes
 leave only by being handed to the trainer or by being dropped with a counted reason.
+
+On a mixture of tasks the buffer also counts, per task, the episodes produced, trained and dropped
+as stale: the staleness cap drops long episodes more often than short ones, so the mix the trainer
+sees can differ from the mix drawn, and these counts show by how much.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class RolloutBuffer:
         self.produced = 0
         self.trained = 0
         self.dropped: collections.Counter[str] = collections.Counter()
+        #: A mixture's episodes by "<task>/<produced|trained|dropped_stale>" (empty for a single task).
+        self.by_task: collections.Counter[str] = collections.Counter()
 
     # -- accounting -----------------------------------------------------------------------------
     @property
@@ -58,6 +64,7 @@ class RolloutBuffer:
                 "dropped_stale": self.dropped["stale"],
                 **{f"dropped_{reason}": count for reason, count in self.dropped.items() if reason != "stale"},
                 "pending": sum(len(group) for group in self._groups),
+                **self.by_task,
             }
 
     def accounting_state(self) -> dict:
@@ -68,6 +75,7 @@ class RolloutBuffer:
                 "trained": self.trained,
                 "dropped": dict(self.dropped),
                 "pending": sum(len(group) for group in self._groups),
+                "by_task": dict(self.by_task),
             }
 
     def restore_accounting(self, state: dict) -> None:
@@ -78,6 +86,7 @@ class RolloutBuffer:
             self.trained += state["trained"]
             self.dropped.update(state["dropped"])
             self.dropped["restart"] += state["pending"]
+            self.by_task.update(state.get("by_task", {}))  # checkpoints of earlier versions have none
 
     def pending_trajectories(self) -> list[Trajectory]:
         with self._condition:
@@ -107,6 +116,7 @@ class RolloutBuffer:
         with self._condition:
             self._reserved -= reserved
             self.produced += len(group)
+            self._count_tasks(group, "produced")
             self._groups.append(group)
             self._condition.notify_all()
 
@@ -140,6 +150,8 @@ class RolloutBuffer:
                 if len(self._groups) >= num_groups:
                     taken = [self._groups.popleft() for _ in range(num_groups)]
                     self.trained += sum(len(group) for group in taken)
+                    for group in taken:
+                        self._count_tasks(group, "trained")
                     self._condition.notify_all()
                     return taken
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -149,9 +161,18 @@ class RolloutBuffer:
 
     def _drop_stale(self) -> None:
         oldest_allowed = self._trainer_version - self.max_version_gap
-        fresh = collections.deque(g for g in self._groups if _oldest_version(g) is None or _oldest_version(g) >= oldest_allowed)
-        self.dropped["stale"] += sum(len(g) for g in self._groups) - sum(len(g) for g in fresh)
+        fresh, stale = collections.deque(), []
+        for group in self._groups:
+            (fresh if _oldest_version(group) is None or _oldest_version(group) >= oldest_allowed else stale).append(group)
+        for group in stale:
+            self.dropped["stale"] += len(group)
+            self._count_tasks(group, "dropped_stale")
         self._groups = fresh
+
+    def _count_tasks(self, group: list[Trajectory], outcome: str) -> None:
+        for trajectory in group:
+            if trajectory.task is not None:
+                self.by_task[f"{trajectory.task}/{outcome}"] += 1
 
 
 def _oldest_version(group: list[Trajectory]) -> int | None:

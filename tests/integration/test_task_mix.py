@@ -42,6 +42,12 @@ def test_a_mixture_run_trains_on_every_task_and_validates_each_on_its_own(tmp_pa
     trained = {task: [row[f"train/{task}/task_success"] for row in rows if f"train/{task}/task_success" in row] for task in TASKS}
     assert all(trained[task] for task in TASKS), trained
     assert all(0.0 <= value <= 1.0 for values in trained.values() for value in values)
+    # The accounting per task adds up to the run's (no environment failed an episode here).
+    last = [row for row in rows if "rollout/produced" in row][-1]
+    assert last["rollout/env_failures"] == 0
+    for outcome in ("produced", "trained", "dropped_stale"):
+        assert sum(last.get(f"rollout/{task}/{outcome}", 0.0) for task in TASKS) == last[f"rollout/{outcome}"], outcome
+    assert last["rollout/trained"] == 6 * 4 * 4  # 6 steps of 4 groups of 4
     # Each task played in its own format: the game's turns end at ';' and the desk's at a newline, and
     # both are won (random valid guesses win 0.34 of the games; the desk needs its demonstrations).
     assert max(row["val/guess_number/avg@4"] for row in validations) > 0.0

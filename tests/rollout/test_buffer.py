@@ -83,7 +83,7 @@ def test_accounting_carries_over_a_restart_with_the_lost_pending_episodes_counte
     before.set_trainer_version(2)  # the two version-0 groups left: one trained, one stale (2 episodes)
     before.drop_produced(1, "env_error")
     state = before.accounting_state()
-    assert state == {"produced": 9, "trained": 2, "dropped": {"stale": 2, "env_error": 1}, "pending": 4}
+    assert state == {"produced": 9, "trained": 2, "dropped": {"stale": 2, "env_error": 1}, "pending": 4, "by_task": {}}
 
     after = RolloutBuffer(capacity=16, max_version_gap=1)
     after.restore_accounting(state)
@@ -91,3 +91,28 @@ def test_accounting_carries_over_a_restart_with_the_lost_pending_episodes_counte
     assert after.dropped == {"stale": 2, "env_error": 1, "restart": 4}  # the 4 pending were not kept
     assert after.accounting_holds()
     assert after.counts()["dropped_restart"] == 4 and after.counts()["dropped_env_error"] == 1
+
+
+def test_a_mixtures_episodes_are_counted_per_task_as_produced_trained_and_dropped_stale():
+    buffer = RolloutBuffer(capacity=16, max_version_gap=1)
+    groups = [make_group(0, [[0], [0]]), make_group(1, [[1], [1]]), make_group(2, [[0, 2], [2]])]
+    for group, task in zip(groups, ["desk", "guess", "desk"]):
+        for trajectory in group:
+            trajectory.task = task
+        buffer.try_reserve(2)
+        buffer.put_group(group, reserved=2)
+    buffer.set_trainer_version(2)  # groups 0 and 2 hold a version-0 token: gap 2 > 1, both desk groups stale
+    buffer.take(1, timeout_s=0.1)
+    counts = buffer.counts()
+    assert {key: value for key, value in counts.items() if "/" in key} == {
+        "desk/produced": 4, "desk/dropped_stale": 4, "guess/produced": 2, "guess/trained": 2,
+    }  # fmt: skip
+    # A checkpoint carries them over.
+    resumed = RolloutBuffer(capacity=16, max_version_gap=1)
+    resumed.restore_accounting(buffer.accounting_state())
+    assert resumed.by_task == buffer.by_task
+    # A single task's episodes (task None) add no per-task counts.
+    single = RolloutBuffer(capacity=4, max_version_gap=1)
+    single.try_reserve(1)
+    single.put_group(make_group(0, [[0]]), reserved=1)
+    assert not any("/" in key for key in single.counts())

@@ -18,11 +18,11 @@ def test_a_single_task_run_gets_one_panel_per_metric():
 def test_a_mixture_gets_one_panel_with_a_line_per_task():
     names = ["train/task_success", "train/guess/task_success", "train/desk/task_success", "val/avg@4", "val/desk/avg@4", "val/guess/avg@4"]
     panels = dict(panel_lines(names, ("train/task_success", "train/*/task_success", "val/avg@*", "val/*/avg@*")))
-    assert panels["train/*/task_success"] == [("train/desk/task_success", "desk"), ("train/guess/task_success", "guess")]
-    assert panels["val/*/avg@*"] == [("val/desk/avg@4", "desk"), ("val/guess/avg@4", "guess")]
+    assert panels["train/<task>/task_success"] == [("train/desk/task_success", "desk"), ("train/guess/task_success", "guess")]
+    assert panels["val/<task>/avg@4"] == [("val/desk/avg@4", "desk"), ("val/guess/avg@4", "guess")]
     # The overall held-out metric keeps its own panel, not a line among the tasks'.
     assert panels["val/avg@4"] == [("val/avg@4", "")]
-    assert list(panels) == ["train/task_success", "train/*/task_success", "val/avg@4", "val/*/avg@*"]
+    assert list(panels) == ["train/task_success", "train/<task>/task_success", "val/avg@4", "val/<task>/avg@4"]
 
 
 def test_the_png_is_written_from_a_mixtures_metrics_csv(tmp_path):
