@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 
@@ -131,6 +131,12 @@ class Environment(abc.ABC):
         """The task that plays `instance`. The episode runner plays each instance with its task's own
         settings (turn stop, turn limits, chat roles, latency), so a mixture's tasks keep theirs."""
         return TaskInstance(None, self, instance)
+
+    def observe_accounting(self, counts: Mapping[str, int]) -> None:
+        """Called by the producer before each training draw with the rollout buffer's counts
+        (`RolloutBuffer.counts`: produced, trained, dropped by reason, and a mixture's
+        `<task>/<outcome>`); no-op by default (`BalancedTaskMix` steers its draws with them)."""
+        return None
 
     def instance_key(self, instance: Any) -> str:
         """A stable text identifying the instance (two equal keys are the same task)."""

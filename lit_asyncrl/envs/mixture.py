@@ -59,6 +59,8 @@ class TaskMix(Environment):
         self._tasks = dict(tasks)
         self._names = list(self._tasks)
         self._weights = [float(weights.get(name, 1.0)) for name in self._names]
+        #: What training draws use (the weights themselves; `BalancedTaskMix` rescales them).
+        self._draw_weights = list(self._weights)
 
     def tasks(self) -> dict[str, Environment]:
         return dict(self._tasks)
@@ -66,16 +68,13 @@ class TaskMix(Environment):
     def task_of(self, instance: MixInstance) -> TaskInstance:
         return TaskInstance(instance.task, self._tasks[instance.task], instance.instance)
 
-    def _draw_task(self, rng: random.Random) -> str:
-        return rng.choices(self._names, weights=self._weights)[0]
-
     def generate_instance(self, rng: random.Random) -> MixInstance:
-        name = self._draw_task(rng)
+        name = rng.choices(self._names, weights=self._weights)[0]
         return MixInstance(name, self._tasks[name].generate_instance(rng))
 
     def sample_instance(self, rng: random.Random) -> MixInstance:
         # The task draws its own training instance: its split (and any override of it) holds.
-        name = self._draw_task(rng)
+        name = rng.choices(self._names, weights=self._draw_weights)[0]
         return MixInstance(name, self._tasks[name].sample_instance(rng))
 
     def is_held_out(self, instance: MixInstance) -> bool:
@@ -119,3 +118,26 @@ class TaskMix(Environment):
                 failure = failure or error
         if failure is not None:
             raise failure
+
+
+class BalancedTaskMix(TaskMix):
+    """A `TaskMix` whose *trained* mix follows `weights`, not only its drawn one.
+
+    Asynchrony drops long tasks' episodes more often (a long episode spans more weight versions, so
+    the version-gap cap catches its group more often), so the trainer sees short tasks more often
+    than they are drawn. This mixture draws each task in proportion to its weight over its keep
+    rate, the share of its finished episodes that were trained rather than dropped as stale,
+    estimated from the run's accounting so far as (trained + 1) / (trained + stale + 1); until a
+    task has finished episodes it is drawn by its weight.
+
+    Args: as `TaskMix`.
+    """
+
+    def observe_accounting(self, counts: Mapping[str, int]) -> None:
+        self._draw_weights = [weight / keep_rate(counts, name) for weight, name in zip(self._weights, self._names)]
+
+
+def keep_rate(counts: Mapping[str, int], task: str) -> float:
+    """The share of `task`'s finished episodes trained rather than dropped as stale, (t + 1) / (t + s + 1)."""
+    trained, stale = counts.get(f"{task}/trained", 0), counts.get(f"{task}/dropped_stale", 0)
+    return (trained + 1) / (trained + stale + 1)

@@ -194,6 +194,7 @@ class RolloutProducer:
         self.active.update(trajectories)
         filed = False
         try:
+            self.env.observe_accounting(self.buffer.counts())
             instance = self.env.sample_instance(self.rng)
             seeds = [self.rng.getrandbits(31) for _ in trajectories]
             await asyncio.gather(

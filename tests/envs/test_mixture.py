@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from lit_asyncrl.envs import GuessNumberEnv, MixInstance, ServiceDeskEnv, TaskMix
+from lit_asyncrl.envs import BalancedTaskMix, GuessNumberEnv, MixInstance, ServiceDeskEnv, TaskMix
 from lit_asyncrl.envs.base import Environment, TaskInstance
+from lit_asyncrl.envs.mixture import keep_rate
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
@@ -170,3 +171,28 @@ def test_start_and_close_reach_every_task_and_a_failure_still_closes_the_others(
 def test_bad_mixtures_are_refused_naming_the_key(tasks, weights, message):
     with pytest.raises(ValueError, match=message):
         TaskMix(tasks, weights=weights)
+
+
+def test_keep_rate_is_the_smoothed_share_of_finished_episodes_trained():
+    counts = {"desk/trained": 99, "desk/dropped_stale": 100, "desk/produced": 260, "guess/trained": 7}
+    assert keep_rate(counts, "desk") == 100 / 200
+    assert keep_rate(counts, "guess") == 1.0  # nothing dropped
+    assert keep_rate(counts, "other") == 1.0  # nothing finished yet: drawn by its weight
+
+
+def test_a_balanced_mixture_draws_each_task_by_its_weight_over_its_keep_rate():
+    rng = random.Random(0)
+    balanced = BalancedTaskMix({"desk": ServiceDeskEnv(), "guess": GuessNumberEnv()}, weights={"guess": 2.0})
+    # Before any accounting: by the weights, 1 : 2.
+    first = [balanced.sample_instance(rng).task for _ in range(6000)]
+    assert first.count("desk") / len(first) == pytest.approx(1 / 3, abs=0.02)
+    # Half the desk's finished episodes were dropped as stale (keep rate 0.5), none of the game's:
+    # draws 1 / 0.5 : 2 / 1 = 1 : 1, so that the trained mix comes out 1 : 2 again.
+    balanced.observe_accounting({"desk/trained": 99, "desk/dropped_stale": 100, "guess/trained": 199})
+    second = [balanced.sample_instance(rng).task for _ in range(6000)]
+    assert second.count("desk") / len(second) == pytest.approx(1 / 2, abs=0.02)
+    # The plain mixture ignores the accounting.
+    plain = TaskMix({"desk": ServiceDeskEnv(), "guess": GuessNumberEnv()}, weights={"guess": 2.0})
+    plain.observe_accounting({"desk/trained": 99, "desk/dropped_stale": 100, "guess/trained": 199})
+    third = [plain.sample_instance(rng).task for _ in range(6000)]
+    assert third.count("desk") / len(third) == pytest.approx(1 / 3, abs=0.02)

@@ -435,3 +435,28 @@ def test_episodes_that_never_give_the_agent_a_turn_stop_the_run_within_seconds(e
     assert time.monotonic() - started < 5
     assert "episodes ended without a single agent token: nothing can be trained" in str(producer.error)
     assert engine.requests == []  # not one turn was ever generated
+
+
+class RecordsAccounting(GuessNumberEnv):
+    """Keeps the counts the producer passes before each draw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observed: list[dict] = []
+
+    def observe_accounting(self, counts) -> None:
+        self.observed.append(dict(counts))
+
+
+def test_the_environment_sees_the_buffers_accounting_before_each_draw(engines, tokenizer):
+    env = RecordsAccounting()
+    engine = engines.engine(malformed_guess)
+    buffer = RolloutBuffer(capacity=8, max_version_gap=10)
+    producer = engines.producer(engine, buffer, tokenizer, env=env, max_concurrent_groups=1)
+    producer.start()
+    wait_for(lambda: buffer.counts()["produced"] >= 6, "3 groups")
+    producer.stop()
+    # One call per group drawn, one group at a time: the first saw an empty buffer, each later one
+    # the groups filed before it (2 episodes each).
+    assert len(env.observed) >= 3
+    assert [observed["produced"] for observed in env.observed[:3]] == [0, 2, 4]
