@@ -80,6 +80,7 @@ class HeldOutMetrics(torch.nn.Module):
     def __init__(self, k: int, task_names: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.k, self.task_names = k, tuple(task_names)
+        # "all" for every instance, "task_<name>" for a task's (the prefix keeps a task named "all" apart).
         self.groups = torch.nn.ModuleDict(
             {
                 name: torch.nn.ModuleDict({"avg": AvgAtK(), "pass": PassAtK(k), "greedy": MeanMetric()})
