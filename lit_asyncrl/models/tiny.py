@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
 
+from lit_asyncrl.cache_dir import default_cache_dir
 from lit_asyncrl.models.char_tokenizer import VOCAB, build_char_tokenizer
 from lit_asyncrl.models.folder import save_model_folder
 
@@ -38,10 +38,6 @@ class TinyPolicyConfig:
         # The vocabulary is part of the model: a new tokenizer must never reuse a cached folder.
         blob = json.dumps({**dataclasses.asdict(self), "vocab": VOCAB}, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("LIT_ASYNCRL_CACHE", Path.home() / ".cache" / "lit_asyncrl"))
 
 
 def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: Path | None = None) -> Path:

@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -34,26 +33,44 @@ import torch
 from safetensors.torch import save_file
 
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
+from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, weights_for_engine
 
 T = TypeVar("T")
-WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
+
+
+_environment_lock = threading.Lock()
+_environment_holders = 0
+_environment_saved: dict[str, str | None] = {}
 
 
 @contextlib.contextmanager
 def _spawned_process_environment(values: Mapping[str, str]) -> Iterator[None]:
     """`values` in the environment while the block spawns processes (which read it at their start
-    only); the caller's own values come back after the block, however it ends."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
+    only); the caller's own values come back after the block, however it ends.
+
+    Engines start on threads of their own at the same time, each with the same values: the first
+    block in saves the caller's values and the last one out restores them, so no start sees them
+    swapped back half-way and none is left behind.
+    """
+    global _environment_holders
+    with _environment_lock:
+        if _environment_holders == 0:
+            _environment_saved.clear()
+            _environment_saved.update({key: os.environ.get(key) for key in values})
+        _environment_holders += 1
+        os.environ.update(values)
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        with _environment_lock:
+            _environment_holders -= 1
+            if _environment_holders == 0:
+                for key, value in _environment_saved.items():
+                    if value is None:
+                        os.environ.pop(key, None)
+                    else:
+                        os.environ[key] = value
 
 
 class EngineDeadError(RuntimeError):
@@ -161,9 +178,7 @@ class VLLMEngine:
         self._llm: Any = None
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
-        _remove_temp_dirs_of_dead_runs()
-        # The owner's pid in the name lets a later run remove it if this process is killed outright.
-        self._weights_dir = Path(tempfile.mkdtemp(prefix=f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_", dir=_shared_memory_dir()))
+        self._weights_dir = make_weights_dir()
         self._reaper: subprocess.Popen | None = None
         self.version = 0
         # Stall watch: requests in flight, when the engine last showed progress, whether it is paused.
@@ -198,8 +213,9 @@ class VLLMEngine:
             os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         logging.getLogger("vllm").setLevel(self.config.log_level.upper())
         _standard_start_method()
-        # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them.
-        self._reaper = start_reaper([self._weights_dir])
+        # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them
+        # and removes the files vLLM made for them (sockets, rendezvous files: `temp_dirs.py`).
+        self._reaper = start_reaper([self._weights_dir, run_dir()])
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
         self._thread.start()
 
@@ -234,9 +250,7 @@ class VLLMEngine:
             # (its imports cost about 5 s at every start, its exit 2 s at every shutdown). The
             # engine core runs it in-process instead.
             config.parallel_config.distributed_executor_backend = "uni"
-        # The engine core's temp files (vLLM's gloo rendezvous file, vllm_dist_<uuid>) go to this
-        # engine's own dir, which shutdown and, after a SIGKILL, the reaper remove.
-        environment = {"TMPDIR": str(self._weights_dir)}
+        environment = {}
         if in_process:
             # In-process, the CPU worker skips vLLM's usual thread binding and its
             # `torch.set_num_threads` calls, so the engine core would run one OpenMP thread per core
@@ -244,6 +258,13 @@ class VLLMEngine:
             # busy 2-core machine (measured: 1,950 against 10,700 tokens/s). One thread is what the
             # multiprocess executor's binding gave it.
             environment["OMP_NUM_THREADS"] = "1"
+        if config.device_config.device_type == "cpu" and self.config.enforce_eager:
+            # vLLM's sampler still compiles two small functions with torch.compile (the sampled
+            # token's rank for its log-prob, and the random sampling) at the first request: 7-16 s
+            # of the engine core's time before the first token on this 2-core machine, and inductor's
+            # cache files in the temp dir. Eager, the same operations take 0.06 s for that request.
+            # Nothing else in an eager CPU engine uses torch.compile.
+            environment["TORCHDYNAMO_DISABLE"] = "1"
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
         with _spawned_process_environment(environment):
@@ -523,15 +544,3 @@ def _device_type() -> str:
     from vllm.platforms import current_platform
 
     return current_platform.device_type
-
-
-def _remove_temp_dirs_of_dead_runs() -> None:
-    """Weights dirs whose owner process is gone (killed before it could clean up)."""
-    for path in Path(_shared_memory_dir() or tempfile.gettempdir()).glob(f"{WEIGHTS_DIR_PREFIX}*_*"):
-        owner = path.name.removeprefix(WEIGHTS_DIR_PREFIX).split("_", 1)[0]
-        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _shared_memory_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None

@@ -75,11 +75,25 @@ def _descendants(root: int) -> dict[int, int]:
     return found
 
 
+def _is_resource_tracker(pid: int) -> bool:
+    """multiprocessing's resource tracker: once every process holding its pipe is gone, it unlinks the
+    named semaphores (/dev/shm/sem.mp-*) they leaked. Killed with the others, it would leave them."""
+    try:
+        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def watch(trainer_pid: int, paths: list[str]) -> None:
     recorded: dict[int, int] = {}
+    spared: set[int] = {os.getpid()}
     while _alive(trainer_pid):
-        recorded.update(_descendants(trainer_pid))
-        recorded.pop(os.getpid(), None)
+        for pid, started in _descendants(trainer_pid).items():
+            if pid not in recorded and pid not in spared:
+                if _is_resource_tracker(pid):
+                    spared.add(pid)
+                else:
+                    recorded[pid] = started
         time.sleep(POLL_S)
     for pid, started in recorded.items():
         stat = _stat(pid)

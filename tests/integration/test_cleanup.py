@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_asyncrl.rollout.engine import WEIGHTS_DIR_PREFIX
+from lit_asyncrl.rollout.temp_dirs import WEIGHTS_DIR_PREFIX
 from tests.integration.runs import REPO, SMALL_RUN, read_rows
 
 pytestmark = pytest.mark.engine

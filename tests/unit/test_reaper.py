@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from lit_asyncrl.rollout import engine as engine_module
-from lit_asyncrl.rollout.engine import WEIGHTS_DIR_PREFIX, _remove_temp_dirs_of_dead_runs
+from lit_asyncrl.rollout import temp_dirs
+from lit_asyncrl.rollout.temp_dirs import RUN_DIR_PREFIX, WEIGHTS_DIR_PREFIX, remove_dirs_of_dead_owners
 
 
 def dead_pid() -> int:
@@ -18,15 +18,16 @@ def dead_pid() -> int:
 
 
 def test_only_the_dirs_of_dead_owners_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_module, "_shared_memory_dir", lambda: str(tmp_path))
-    dead = tmp_path / f"{WEIGHTS_DIR_PREFIX}{dead_pid()}_abc"
-    live = tmp_path / f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_def"
+    monkeypatch.setattr(temp_dirs, "_root", lambda: str(tmp_path))
+    gone = dead_pid()
+    dead = [tmp_path / f"{WEIGHTS_DIR_PREFIX}{gone}_abc", tmp_path / f"{RUN_DIR_PREFIX}{gone}_ghi"]
+    live = [tmp_path / f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_def", tmp_path / f"{RUN_DIR_PREFIX}{os.getpid()}_jkl"]
     unrelated = tmp_path / "lit_asyncrl_something_else"
-    for path in (dead, live, unrelated):
+    for path in (*dead, *live, unrelated):
         path.mkdir()
         (path / "model.safetensors").write_bytes(b"x")
-    _remove_temp_dirs_of_dead_runs()
-    assert not dead.exists() and live.exists() and unrelated.exists()
+    remove_dirs_of_dead_owners()
+    assert [path.exists() for path in (*dead, *live, unrelated)] == [False, False, True, True, True]
 
 
 def test_the_reaper_kills_what_a_killed_trainer_started_and_removes_its_paths(tmp_path):
@@ -52,3 +53,47 @@ time.sleep(600)
     state = Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{child_pid}").exists() else "gone"
     assert state in ("gone", "Z")  # killed (a zombie until init reaps it)
     assert not marker.exists()
+
+
+def test_a_run_dir_takes_vllms_ipc_paths_and_the_temp_dir_and_goes_at_exit():
+    code = """
+import os, tempfile
+from lit_asyncrl.rollout.temp_dirs import run_dir
+made = run_dir()
+assert run_dir() == made  # one per process
+print(made, tempfile.gettempdir(), os.environ["VLLM_RPC_BASE_PATH"], os.environ["TMPDIR"], flush=True)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ})
+    made, *pointed = result.stdout.split()
+    assert Path(made).name.startswith("lit_asyncrl_run_")
+    assert pointed == [made, made, made]
+    assert not Path(made).exists()  # removed when the process exited
+
+
+def test_a_sigkilled_trainers_named_semaphores_are_unlinked(tmp_path):
+    # multiprocessing's spawn-context locks are named semaphores in /dev/shm (sem.mp-*), unlinked by
+    # the resource tracker once the processes holding its pipe are gone: the reaper spares it.
+    trainer_code = """
+import multiprocessing, os, sys, time
+from lit_asyncrl.rollout.reaper import start_reaper
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    lock = context.Lock()
+    start_reaper([])
+    child = context.Process(target=time.sleep, args=(600,))
+    child.start()
+    print(lock._semlock.name, flush=True)
+    time.sleep(600)
+"""
+    script = tmp_path / "trainer.py"
+    script.write_text(trainer_code)
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    semaphore = Path("/dev/shm") / f"sem.{trainer.stdout.readline().strip().lstrip('/')}"
+    assert semaphore.exists()
+    time.sleep(1.5)  # the reaper has recorded the child and the tracker
+    os.kill(trainer.pid, signal.SIGKILL)
+    trainer.wait()
+    deadline = time.monotonic() + 10
+    while semaphore.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not semaphore.exists()

@@ -1,0 +1,71 @@
+"""Every file vLLM makes for a run lives in dirs of the run's own, which every way out removes.
+
+vLLM leaves files in the temp dir that nothing removes: the ZMQ sockets between the trainer and
+each engine core (bare uuids under `VLLM_RPC_BASE_PATH`, by default the temp dir of the process
+that makes the engine: the trainer's), the gloo rendezvous file of its workers (`vllm_dist_<uuid>`,
+in the engine core's temp dir) and torch's compile cache for the sampler's kernels. So:
+
+- the process that makes engines gets one run dir (`lit_asyncrl_run_<pid>_*`): vLLM's IPC paths
+  and the temp dir of every process it starts after that point there, set once and never restored
+  (engines start on threads of their own at the same time; an environment swapped back and forth
+  would race), removed when the process exits;
+- each engine gets a weights dir of its own (`lit_asyncrl_weights_<pid>_*`) for its weight files,
+  removed by its shutdown.
+
+Both live in /dev/shm where it is writable (weights stay in memory). After a SIGKILL nothing in the
+dead process runs: its engines' reapers remove both dirs, and the next run removes the dirs of
+owners that are gone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
+RUN_DIR_PREFIX = "lit_asyncrl_run_"
+#: The temp dir this process had before a run dir replaced it (children inherit the run dir).
+_ORIGINAL_TEMP_DIR = tempfile.gettempdir()
+_run_dir: Path | None = None
+_run_dir_lock = threading.Lock()
+
+
+def run_dir() -> Path:
+    """This process's run dir, made on first use, and pointed at by vLLM's IPC paths and the
+    temp dir of the processes started from now on (`TMPDIR`) and of this one (`tempfile`)."""
+    global _run_dir
+    with _run_dir_lock:
+        if _run_dir is None or not _run_dir.is_dir():
+            remove_dirs_of_dead_owners()
+            _run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}_", dir=_root()))
+            atexit.register(shutil.rmtree, _run_dir, ignore_errors=True)
+            # A VLLM_RPC_BASE_PATH the user set stays theirs; one inherited from a parent's run dir is replaced.
+            inherited = os.environ.get("VLLM_RPC_BASE_PATH")
+            if inherited is None or RUN_DIR_PREFIX in inherited:
+                os.environ["VLLM_RPC_BASE_PATH"] = str(_run_dir)
+            os.environ["TMPDIR"] = str(_run_dir)
+            tempfile.tempdir = str(_run_dir)
+        return _run_dir
+
+
+def make_weights_dir() -> Path:
+    """A new dir for one engine's weight files, named after this process."""
+    remove_dirs_of_dead_owners()
+    return Path(tempfile.mkdtemp(prefix=f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_", dir=_root()))
+
+
+def remove_dirs_of_dead_owners() -> None:
+    """Run and weights dirs whose owner process is gone (killed before it could clean up)."""
+    for prefix in (WEIGHTS_DIR_PREFIX, RUN_DIR_PREFIX):
+        for path in Path(_root()).glob(f"{prefix}*_*"):
+            owner = path.name.removeprefix(prefix).split("_", 1)[0]
+            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _root() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else _ORIGINAL_TEMP_DIR

@@ -1,0 +1,125 @@
+"""Checks over the whole suite.
+
+- The `engine` mark is on exactly the tests that use vLLM: a test that starts an engine process
+  (in this process or in a run it launches) without the mark fails, and so does a marked test
+  during which no engine process lived. So `-m "not engine"` is the fast part, and nothing in it
+  waits for an engine.
+- A whole test session leaves nothing new in /tmp or /dev/shm (pytest's basetemp aside).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.leftovers import left_behind, listing
+
+ENGINE_PROCESS = b"VLLM::EngineCore"
+
+
+class EngineWatch:
+    """Records when each vLLM engine-core process below this one was first seen (polled in a thread)."""
+
+    POLL_S = 0.5
+
+    def __init__(self) -> None:
+        self.first_seen: dict[int, float] = {}
+        self.alive_at: list[float] = []  # the polls that saw at least one engine process
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="engine-watch", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        import os
+
+        me = os.getpid()
+        while not self._stop.wait(self.POLL_S):
+            engines = [pid for pid in _descendants(me) if ENGINE_PROCESS in _cmdline(pid)]
+            now = time.monotonic()
+            for pid in engines:
+                self.first_seen.setdefault(pid, now)
+            if engines:
+                self.alive_at.append(now)
+
+    def started_between(self, start: float, end: float) -> list[int]:
+        return [pid for pid, seen in self.first_seen.items() if start <= seen <= end]
+
+    def alive_between(self, start: float, end: float) -> bool:
+        return any(start <= seen <= end for seen in self.alive_at)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def _descendants(root: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, frontier = [], [root]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found += children
+        frontier += children
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_WATCH] = EngineWatch()
+    if not hasattr(config, "workerinput"):  # the session's own process (xdist's controller, or plain pytest)
+        config.stash[_LISTING] = listing()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    config.stash[_WATCH].close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.stash[_STARTED_AT] = time.monotonic()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    # No wait for a last poll: an engine takes many polls to start, and lives through many more.
+    watch, start, end = item.config.stash[_WATCH], item.stash[_STARTED_AT], time.monotonic()
+    marked = item.get_closest_marker("engine") is not None
+    started = watch.started_between(start, end)
+    if started and not marked:
+        pytest.fail(f"{item.nodeid} started a vLLM engine (pids {started}) but has no `engine` mark", pytrace=False)
+    if marked and not watch.alive_between(start, end):
+        pytest.fail(f"{item.nodeid} has the `engine` mark but no vLLM engine ran during it", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_LISTING, None)
+    if before is None:
+        return
+    deadline = time.monotonic() + 10  # processes that ended just now may still be removing their files
+    left = left_behind(before)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = left_behind(before)
+    if left:
+        session.config.get_terminal_writer().line(f"\nthe test session left {len(left)} entries in /tmp or /dev/shm: {left}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_WATCH = pytest.StashKey[EngineWatch]()
+_LISTING = pytest.StashKey[set]()
+_STARTED_AT = pytest.StashKey[float]()

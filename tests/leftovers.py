@@ -1,0 +1,67 @@
+"""What a run left in /tmp and /dev/shm: listings before and after, less what live processes still hold.
+
+Another test worker's run may be going on at the same time; its files are held by its processes
+(open, mapped, listening, or named after a live owner pid), so an entry counts as left behind only
+when nothing alive holds it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+from pathlib import Path
+
+ROOTS = (Path(tempfile.gettempdir()), Path("/dev/shm"))
+#: Our own dirs carry their owner's pid: `lit_asyncrl_run_<pid>_*`, `lit_asyncrl_weights_<pid>_*`.
+OWNED = re.compile(r"lit_asyncrl_[a-z]+_(\d+)_")
+
+
+def listing() -> set[Path]:
+    """Every top-level entry of /tmp and /dev/shm now."""
+    return {entry for root in ROOTS if root.is_dir() for entry in root.iterdir()}
+
+
+def left_behind(before: set[Path]) -> list[str]:
+    """Entries that are new since `before` and that no live process holds (pytest's basetemp aside)."""
+    new = listing() - before
+    if not new:
+        return []
+    held = _held_paths()
+    basetemp = f"pytest-of-{getpass.getuser()}"
+    return sorted(str(entry) for entry in new if entry.name != basetemp and not _is_held(entry, held))
+
+
+def _is_held(entry: Path, held: set[str]) -> bool:
+    owner = OWNED.match(entry.name)
+    if owner and Path(f"/proc/{owner.group(1)}").exists():
+        return True
+    text = str(entry)
+    return any(path == text or path.startswith(text + "/") for path in held)
+
+
+def _held_paths() -> set[str]:
+    """Paths that live processes have open or mapped, and the paths of bound unix sockets."""
+    held: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            for fd in (proc / "fd").iterdir():
+                try:
+                    held.add(os.readlink(fd))
+                except OSError:
+                    continue
+            for line in (proc / "maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6:
+                    held.add(parts[5].removesuffix(" (deleted)"))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    try:
+        for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
+            parts = line.split()
+            if len(parts) == 8:
+                held.add(parts[7])
+    except OSError:
+        pass
+    return held
