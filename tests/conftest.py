@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -33,11 +34,8 @@ class EngineWatch:
         self._thread.start()
 
     def _poll(self) -> None:
-        import os
-
-        me = os.getpid()
         while not self._stop.wait(self.POLL_S):
-            engines = [pid for pid in _descendants(me) if ENGINE_PROCESS in _cmdline(pid)]
+            engines = self.engines_now()
             now = time.monotonic()
             for pid in engines:
                 self.first_seen.setdefault(pid, now)
@@ -48,7 +46,12 @@ class EngineWatch:
         return [pid for pid, seen in self.first_seen.items() if start <= seen <= end]
 
     def alive_between(self, start: float, end: float) -> bool:
-        return any(start <= seen <= end for seen in self.alive_at)
+        """Whether an engine process lived during [start, end]; a test shorter than a poll that uses a
+        shared engine is answered by a look now (the shared engine still lives)."""
+        return any(start <= seen <= end for seen in self.alive_at) or bool(self.engines_now())
+
+    def engines_now(self) -> list[int]:
+        return [pid for pid in _descendants(os.getpid()) if ENGINE_PROCESS in _cmdline(pid)]
 
     def close(self) -> None:
         self._stop.set()

@@ -171,3 +171,11 @@ def _causes(error: BaseException):
     while error.__cause__ is not None or error.__context__ is not None:
         error = error.__cause__ or error.__context__
         yield error
+
+
+def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built(tmp_path):
+    from lit_asyncrl.train import build
+    from tests.test_configs import compose_train
+
+    with pytest.raises(ValueError, match="stage=validate evaluates a checkpoint: set ckpt_path"):
+        build(compose_train(["stage=validate", f"hydra.run.dir={tmp_path}"]))

@@ -20,7 +20,6 @@ import collections
 import contextlib
 import dataclasses
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -31,6 +30,7 @@ import torch
 
 from lit_asyncrl.rollout.dedicated import OldLogitScorer
 from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, TurnOutput, VLLMEngine, run_watched
+from lit_asyncrl.rollout.temp_dirs import make_ray_dir
 from lit_asyncrl.rollout.weight_transfer import WeightSender
 
 T = TypeVar("T")
@@ -68,7 +68,7 @@ class _RayRuntime:
             if not ray.is_initialized():
                 if address is None:
                     # Its own short temp dir (socket paths must stay short), removed when it stops.
-                    self._temp_dir = tempfile.mkdtemp(prefix="lit_asyncrl_ray_")
+                    self._temp_dir = str(make_ray_dir())
                 ray.init(
                     address=address,
                     include_dashboard=False,

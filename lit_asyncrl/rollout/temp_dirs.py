@@ -28,6 +28,7 @@ from pathlib import Path
 
 WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
 RUN_DIR_PREFIX = "lit_asyncrl_run_"
+RAY_DIR_PREFIX = "lit_asyncrl_ray_"
 #: The temp dir this process had before a run dir replaced it (children inherit the run dir).
 _ORIGINAL_TEMP_DIR = tempfile.gettempdir()
 _run_dir: Path | None = None
@@ -58,13 +59,21 @@ def make_weights_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{WEIGHTS_DIR_PREFIX}{os.getpid()}_", dir=_root()))
 
 
+def make_ray_dir() -> Path:
+    """A new temp dir for a local Ray instance, directly in the temp dir this process started with:
+    Ray puts unix sockets some 60 characters deep in it, and a socket path has at most 107."""
+    remove_dirs_of_dead_owners()
+    return Path(tempfile.mkdtemp(prefix=f"{RAY_DIR_PREFIX}{os.getpid()}_", dir=_ORIGINAL_TEMP_DIR))
+
+
 def remove_dirs_of_dead_owners() -> None:
-    """Run and weights dirs whose owner process is gone (killed before it could clean up)."""
-    for prefix in (WEIGHTS_DIR_PREFIX, RUN_DIR_PREFIX):
-        for path in Path(_root()).glob(f"{prefix}*_*"):
-            owner = path.name.removeprefix(prefix).split("_", 1)[0]
-            if owner.isdigit() and not Path(f"/proc/{owner}").exists():
-                shutil.rmtree(path, ignore_errors=True)
+    """Run, weights and Ray dirs whose owner process is gone (killed before it could clean up)."""
+    for root in {_root(), _ORIGINAL_TEMP_DIR}:
+        for prefix in (WEIGHTS_DIR_PREFIX, RUN_DIR_PREFIX, RAY_DIR_PREFIX):
+            for path in Path(root).glob(f"{prefix}*_*"):
+                owner = path.name.removeprefix(prefix).split("_", 1)[0]
+                if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                    shutil.rmtree(path, ignore_errors=True)
 
 
 def _root() -> str:

@@ -5,6 +5,16 @@ import pytest
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
+from tests.integration.runs import SMALL_KV_CACHE_GIB
+
+SMALL_KV_CACHE_BYTES = int(SMALL_KV_CACHE_GIB * 2**30)
+
+
+@pytest.fixture(scope="session")
+def warm_policy_root(tmp_path_factory, worker_id):
+    """Where this session's warm-started policies are built (`warm_policies.py`): one dir for every xdist worker."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
 
 
 @pytest.fixture(scope="session")
@@ -14,7 +24,9 @@ def tiny_model_path():
 
 def started_engine(model_path, dtype: str = "float32", weight_transfer: str = "file") -> VLLMEngine:
     """A started engine on `model_path` (~20 s for the tiny policy); the caller shuts it down."""
-    engine = VLLMEngine(model_path, EngineConfig(dtype=dtype, max_model_len=256, weight_transfer=weight_transfer))
+    engine = VLLMEngine(
+        model_path, EngineConfig(dtype=dtype, max_model_len=256, weight_transfer=weight_transfer, kv_cache_bytes=SMALL_KV_CACHE_BYTES)
+    )
     engine.start()
     return engine
 
@@ -41,6 +53,6 @@ def small_async_service(model_path, env) -> VLLMRolloutService:
         weight_sync_every=1,
         temperature=1.0,
         top_k=-1,
-        engine_config=EngineConfig(dtype="float32", max_model_len=256),
+        engine_config=EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES),
         seed=0,
     )

@@ -218,9 +218,7 @@ def test_sigterm_with_a_customer_on_its_own_engine_ends_both_engines(tmp_path):
 def test_a_signal_between_ddp_training_steps_stops_both_ranks_and_cleans_up(tmp_path, signum, expected_code):
     # Two training processes (rank 1 started by Lightning from the same command line), the engines
     # on rank 0: SIGTERM or Ctrl-C to the command the user started ends both ranks and the engines.
-    run = Run(
-        ["trainer.max_steps=500", "checkpoint_every=1", "trainer.devices=2", "trainer.strategy=ddp", "rollout.kv_cache_gib=0.25"], tmp_path
-    )
+    run = Run(["trainer.max_steps=500", "checkpoint_every=1", "trainer.devices=2", "trainer.strategy=ddp"], tmp_path)
     run.wait_for_training()
     ranks = [pid for pid in run.track() if b"lit_asyncrl.train" in _cmdline(pid)]
     assert len(ranks) == 1, "Lightning did not start rank 1"

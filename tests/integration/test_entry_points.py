@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests.integration.runs import SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
+from tests.integration.runs import SMALL_KV_CACHE_GIB, SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_entry_points")]
@@ -45,15 +45,6 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     assert abs(first["train/ratio_max"] - 1) < 1e-3 and abs(first["train/ratio_min"] - 1) < 1e-3
 
 
-def test_sync_mode_trains_on_policy(tmp_path):
-    run_hydra(["rollout=sync", "trainer.max_steps=4", f"hydra.run.dir={tmp_path}", *SMALL_RUN])
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert len(rows) == 4
-    # Every token of every batch was sampled by the weights being trained: no staleness at all.
-    assert all(row["train/version_gap_max"] == 0 for row in rows)
-    assert all(abs(row["train/ratio_max"] - 1) < 1e-3 for row in rows)
-
-
 def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
     run_command(
         [
@@ -75,6 +66,8 @@ def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
             "4",
             "--data.buffer_capacity",
             "32",
+            "--data.kv_cache_gib",
+            str(SMALL_KV_CACHE_GIB),
             "--warm_start.steps",
             "5",
             "--model.loss",
@@ -96,13 +89,15 @@ def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
     assert rows[0]["step"] == 0
 
 
-def test_hydra_multirun_over_two_losses(tmp_path):
+def test_hydra_multirun_over_two_losses_in_sync_mode_trains_on_policy(tmp_path):
+    # One sweep, two properties: both jobs of a two-loss sweep run, and sync mode trains on policy.
     run_hydra(
         [
             "-m",
             "loss=ppo_clip_train_infer,decoupled_ppo",
             "reference=async_recompute",
-            "trainer.max_steps=2",
+            "rollout=sync",
+            "trainer.max_steps=4",
             f"hydra.sweep.dir={tmp_path}",
             *SMALL_RUN,
         ],
@@ -110,7 +105,12 @@ def test_hydra_multirun_over_two_losses(tmp_path):
     )
     csv_paths = sorted(tmp_path.glob("*/metrics.csv"))
     assert len(csv_paths) == 2
-    assert all(len(read_rows(path)) == 2 for path in csv_paths)
+    for path in csv_paths:
+        rows = read_rows(path)
+        assert len(rows) == 4
+        # Every token of every batch was sampled by the weights being trained: no staleness at all.
+        assert all(row["train/version_gap_max"] == 0 for row in rows)
+        assert all(abs(row["train/ratio_max"] - 1) < 1e-3 for row in rows)
 
 
 def test_resume_labels_rollouts_with_the_restored_version(hydra_run, tmp_path):

@@ -10,11 +10,6 @@ from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydr
 from tests.integration.test_reference_runs import STALE_RUN
 
 pytestmark = pytest.mark.engine
-#: Each engine's KV cache takes this share of the RAM (0.2 by default): two runs of two engines
-#: each may share the machine under two test workers.
-# A fixed KV cache per engine: a fraction of this machine's memory node, less the engine's own
-# memory, came out negative at 0.05 on a 13.6 GB node.
-SMALL_KV = "rollout.kv_cache_gib=0.25"
 #: The Ray tests look for Ray processes left behind: one at a time, on one worker.
 one_ray_test_at_a_time = pytest.mark.xdist_group("ray")
 STEPS = 6
@@ -51,16 +46,14 @@ def ray_processes() -> list[str]:
 RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
-def test_two_ddp_processes_on_two_engines_train_each_group_once(tmp_path):
-    # On a mixture of tasks: each task's training success is over the global batch, both ranks' shards.
-    check_two_ddp_processes_on_two_engines(tmp_path, placement=[], env=["env=mixture"])
-
-
-# Its own test (not a parameter of the one above), so its group mark reads plainly.
 @one_ray_test_at_a_time
 def test_two_ddp_processes_on_two_engines_as_ray_actors_train_each_group_once(tmp_path):
+    # One run for what DDP promises (whole groups, each trained once across the ranks, one
+    # accounting, equal EWMA averages), with the engines as Ray actors, on a mixture of tasks whose
+    # training success per task is over both ranks' shards. Two local engines under DDP run in the
+    # exact-routes test below.
     pytest.importorskip("ray")
-    check_two_ddp_processes_on_two_engines(tmp_path, placement=RAY)
+    check_two_ddp_processes_on_two_engines(tmp_path, placement=RAY, env=["env=mixture"])
 
 
 def assert_task_success_is_over_both_ranks(ranks: list[dict], rows: list[dict]) -> None:
@@ -106,7 +99,6 @@ def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str], env: 
         [
             *placement,
             *env,
-            SMALL_KV,
             *SMALL_RUN,
             f"trainer.max_steps={STEPS}",
             "trainer.devices=2",
@@ -154,7 +146,6 @@ def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
             "-m",
             "hydra/launcher=parallel",
             "hydra.launcher.n_jobs=2",
-            SMALL_KV,
             "seed=0,1",
             *SMALL_RUN,
             "trainer.max_steps=3",
@@ -178,7 +169,7 @@ def test_the_dedicated_old_logit_worker_as_a_ray_actor_gives_exact_old_logprobs(
     pytest.importorskip("ray")
     # The actor's engine gets each version over vLLM's weight-transfer API (gloo), driven through
     # vLLM's Ray client: pi_old from the worker matches mu only if those weights arrived exactly.
-    run_hydra(["experiment=dedicated", *RAY, "rollout.weight_transfer=gloo", SMALL_KV, f"hydra.run.dir={tmp_path}", *STALE_RUN])
+    run_hydra(["experiment=dedicated", *RAY, "rollout.weight_transfer=gloo", f"hydra.run.dir={tmp_path}", *STALE_RUN])
     rows = read_rows(tmp_path / "metrics.csv")
     assert len(rows) == 8
     assert max(row["train/version_gap_max"] for row in rows) >= 1
@@ -200,7 +191,6 @@ def test_two_fsdp2_processes_shard_the_policy_and_push_exact_weights_to_two_engi
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
         [
-            SMALL_KV,
             *SMALL_RUN,
             f"trainer.max_steps={STEPS}",
             "trainer.devices=2",
@@ -248,7 +238,6 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
             "rollout.weight_transfer=gloo",
             "trainer.devices=2",
             "trainer.strategy=ddp",
-            SMALL_KV,
             *STALE_RUN,
             "rollout.eval_instances=4",
             "rollout.eval_samples=4",

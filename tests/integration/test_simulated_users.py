@@ -13,7 +13,8 @@ from lit_asyncrl.envs import LLMUser, ServiceDeskEnv
 from lit_asyncrl.envs.service_desk import one_line
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
 from tests.integration.conftest import small_async_service
-from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
+from tests.integration.runs import read_rows, run_hydra, small_run_from
+from tests.integration.warm_policies import warm_started_policy
 
 pytestmark = pytest.mark.engine
 
@@ -80,10 +81,9 @@ def test_a_customer_played_by_a_model_answers_from_its_own_frozen_engine(tiny_mo
     assert torch.isfinite(batch["behavior_logprobs"][batch["loss_mask"]]).all()
 
 
-def test_the_service_desk_with_a_customer_runs_and_learns_to_ask(tmp_path):
-    run_hydra(
-        ["experiment=service_desk_user", *SMALL_RUN, "model.warm_start_steps=120", "trainer.max_steps=6", f"hydra.run.dir={tmp_path}"]
-    )
+def test_the_service_desk_with_a_customer_runs_and_learns_to_ask(tmp_path, warm_policy_root):
+    policy = warm_started_policy(warm_policy_root, "service_desk_user", steps=120)
+    run_hydra(["experiment=service_desk_user", *small_run_from(policy), "trainer.max_steps=6", f"hydra.run.dir={tmp_path}"])
     rows = [row for row in read_rows(tmp_path / "metrics.csv") if "train/task_success" in row]
     assert len(rows) == 6
     # After 120 warm-start steps on demonstrations that ask first, the agent already solves some

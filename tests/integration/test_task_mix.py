@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.runs import SMALL_RUN, read_all_rows, run_hydra
+from tests.integration.runs import read_all_rows, run_hydra, small_run_from
+from tests.integration.warm_policies import warm_started_policy
 
 pytestmark = pytest.mark.engine
 
 TASKS = ("desk", "desk_customer", "guess_number")
 
 
-def test_a_mixture_run_trains_on_every_task_and_validates_each_on_its_own(tmp_path):
+def test_a_mixture_run_trains_on_every_task_and_validates_each_on_its_own(tmp_path, warm_policy_root):
+    policy = warm_started_policy(warm_policy_root, "task_mix", steps=120)
     run_hydra(
         [
             "experiment=task_mix",
-            *SMALL_RUN,
-            "model.warm_start_steps=120",
+            *small_run_from(policy),
             "trainer.max_steps=6",
             "trainer.val_check_interval=3",
             # two held-out instances per task (guess-the-number holds out exactly two secrets)
