@@ -14,7 +14,7 @@ else
 ENGINE_EXTRA := cpu
 endif
 
-.PHONY: venv train test bench clean
+.PHONY: venv train test test-fast bench clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,10 @@ train: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(ARGS)
+
+# The loop to run while working: every test that starts no vLLM engine (under a minute).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10 -m "not engine" $(ARGS)
 
 clean:
 	rm -rf $(VENV) outputs multirun

@@ -16,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
 from tests.leftovers import left_behind, listing
+
+# Test modules import lightning before lit_asyncrl, and importing lightning makes torch's compile
+# cache dir (in /tmp unless told otherwise); lit_asyncrl's entry points set this themselves.
+keep_torch_compile_cache_here()
 
 ENGINE_PROCESS = b"VLLM::EngineCore"
 

@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import save_file
 
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
-from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
+from lit_asyncrl.rollout.temp_dirs import engine_environment, make_weights_dir, run_dir
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, weights_for_engine
 
 T = TypeVar("T")
@@ -250,7 +250,8 @@ class VLLMEngine:
             # (its imports cost about 5 s at every start, its exit 2 s at every shutdown). The
             # engine core runs it in-process instead.
             config.parallel_config.distributed_executor_backend = "uni"
-        environment = {}
+        # vLLM's sockets and the engine core's temp files go to this process's run dir (`temp_dirs.py`).
+        environment = engine_environment()
         if in_process:
             # In-process, the CPU worker skips vLLM's usual thread binding and its
             # `torch.set_num_threads` calls, so the engine core would run one OpenMP thread per core

@@ -5,10 +5,9 @@ each engine core (bare uuids under `VLLM_RPC_BASE_PATH`, by default the temp dir
 that makes the engine: the trainer's), the gloo rendezvous file of its workers (`vllm_dist_<uuid>`,
 in the engine core's temp dir) and torch's compile cache for the sampler's kernels. So:
 
-- the process that makes engines gets one run dir (`lit_asyncrl_run_<pid>_*`): vLLM's IPC paths
-  and the temp dir of every process it starts after that point there, set once and never restored
-  (engines start on threads of their own at the same time; an environment swapped back and forth
-  would race), removed when the process exits;
+- the process that makes engines gets one run dir (`lit_asyncrl_run_<pid>_*`), where vLLM's IPC
+  paths, the engine cores' temp dir and this process's own `tempfile` dir point, removed when the
+  process exits;
 - each engine gets a weights dir of its own (`lit_asyncrl_weights_<pid>_*`) for its weight files,
   removed by its shutdown.
 
@@ -29,28 +28,31 @@ from pathlib import Path
 WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
 RUN_DIR_PREFIX = "lit_asyncrl_run_"
 RAY_DIR_PREFIX = "lit_asyncrl_ray_"
-#: The temp dir this process had before a run dir replaced it (children inherit the run dir).
+#: The temp dir this process had before its run dir replaced it.
 _ORIGINAL_TEMP_DIR = tempfile.gettempdir()
 _run_dir: Path | None = None
 _run_dir_lock = threading.Lock()
 
 
 def run_dir() -> Path:
-    """This process's run dir, made on first use, and pointed at by vLLM's IPC paths and the
-    temp dir of the processes started from now on (`TMPDIR`) and of this one (`tempfile`)."""
+    """This process's run dir, made on first use; this process's `tempfile` points there from then
+    on (vLLM's gloo rendezvous file, when it makes one on this side, goes to `tempfile`'s dir)."""
     global _run_dir
     with _run_dir_lock:
         if _run_dir is None or not _run_dir.is_dir():
             remove_dirs_of_dead_owners()
             _run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}_", dir=_root()))
             atexit.register(shutil.rmtree, _run_dir, ignore_errors=True)
-            # A VLLM_RPC_BASE_PATH the user set stays theirs; one inherited from a parent's run dir is replaced.
-            inherited = os.environ.get("VLLM_RPC_BASE_PATH")
-            if inherited is None or RUN_DIR_PREFIX in inherited:
-                os.environ["VLLM_RPC_BASE_PATH"] = str(_run_dir)
-            os.environ["TMPDIR"] = str(_run_dir)
             tempfile.tempdir = str(_run_dir)
         return _run_dir
+
+
+def engine_environment() -> dict[str, str]:
+    """Environment variables to hold while an engine is made: vLLM reads `VLLM_RPC_BASE_PATH` in this
+    process when it picks the paths of the engine core's sockets, and the engine core, spawned then,
+    keeps `TMPDIR` for the files it makes later. Other processes this one starts keep the caller's
+    temp dir (a run dir of ours, inherited, would be removed under them)."""
+    return {"VLLM_RPC_BASE_PATH": str(run_dir()), "TMPDIR": str(run_dir())}
 
 
 def make_weights_dir() -> Path:

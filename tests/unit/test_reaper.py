@@ -58,10 +58,11 @@ time.sleep(600)
 def test_a_run_dir_takes_vllms_ipc_paths_and_the_temp_dir_and_goes_at_exit():
     code = """
 import os, tempfile
-from lit_asyncrl.rollout.temp_dirs import run_dir
+from lit_asyncrl.rollout.temp_dirs import engine_environment, run_dir
 made = run_dir()
 assert run_dir() == made  # one per process
-print(made, tempfile.gettempdir(), os.environ["VLLM_RPC_BASE_PATH"], os.environ["TMPDIR"], flush=True)
+environment = engine_environment()
+print(made, tempfile.gettempdir(), environment["VLLM_RPC_BASE_PATH"], environment["TMPDIR"], flush=True)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ})
     made, *pointed = result.stdout.split()
