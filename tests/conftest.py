@@ -86,9 +86,24 @@ def _cmdline(pid: int) -> bytes:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _share_the_cores(config)
     config.stash[_WATCH] = EngineWatch()
     if not hasattr(config, "workerinput"):  # the session's own process (xdist's controller, or plain pytest)
         config.stash[_LISTING] = listing()
+
+
+def _share_the_cores(config: pytest.Config) -> None:
+    """Under several xdist workers, each worker and the runs it starts get their share of the cores
+    for torch's thread pool. With a pool per core in every worker and every run, OpenMP's spinning
+    pools on a 2-core machine slow each other several times over (measured: two 120-step warm starts
+    at once took over 90 s each, 17-20 s alone)."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    if workers > 1:
+        import torch
+
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ["OMP_NUM_THREADS"] = threads  # runs this worker starts read it at their start
+        torch.set_num_threads(int(threads))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
