@@ -15,7 +15,9 @@ import pytest
 from lit_asyncrl.rollout.temp_dirs import WEIGHTS_DIR_PREFIX
 from tests.integration.runs import REPO, SMALL_RUN, read_rows
 
-pytestmark = pytest.mark.engine
+# One worker runs these one after another: each compares listings of /tmp and /dev/shm before and
+# after its run (another worker's runs may go on meanwhile; what they hold is not counted).
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]
 SHM = Path("/dev/shm")
 
 

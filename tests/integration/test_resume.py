@@ -12,7 +12,7 @@ import torch
 from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
 from tests.integration.test_cleanup import Run
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]  # compares listings, as the cleanup tests do
 
 
 def wait_for_complete_checkpoint(run: Run, name: str, timeout_s: float = 300):
