@@ -1,6 +1,6 @@
-"""However a run ends (a failing environment, a dead worker, SIGINT, SIGTERM, also while the
-trainer waits for a batch), it exits promptly, says what failed, and leaves no process of its own
-and no temp dir behind."""
+"""However a run ends (a failing environment, a dead worker, SIGINT, SIGTERM, SIGKILL, also while
+the trainer waits for a batch), it exits promptly, says what failed, and leaves no process of its
+own and nothing new in /tmp or /dev/shm (listings before and after the run, `tests/leftovers.py`)."""
 
 import os
 import signal
@@ -14,6 +14,7 @@ import pytest
 
 from lit_asyncrl.rollout.temp_dirs import WEIGHTS_DIR_PREFIX
 from tests.integration.runs import REPO, SMALL_RUN, read_rows
+from tests.leftovers import left_behind, listing
 
 # One worker runs these one after another: each compares listings of /tmp and /dev/shm before and
 # after its run (another worker's runs may go on meanwhile; what they hold is not counted).
@@ -63,6 +64,7 @@ class Run:
     def __init__(self, overrides: list[str], run_dir: Path) -> None:
         self.run_dir = run_dir
         self.started_at = time.time()
+        self.listing_before = listing()
         self.descendants: set[int] = set()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
@@ -126,8 +128,13 @@ class Run:
         while engine_temp_dirs(self.process.pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert engine_temp_dirs(self.process.pid) == set()
-        # vLLM's gloo rendezvous file goes to the engine's own dir (removed above), never to /tmp:
-        # none newer than this run's start, whichever test's engine made it.
+        # Nothing new in /tmp or /dev/shm that no live process holds: no socket, no rendezvous file,
+        # no semaphore, no dir of ours (another worker's run, still going, holds its own).
+        while left_behind(self.listing_before) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left_behind(self.listing_before) == []
+        # vLLM's gloo rendezvous file goes to the run's own dir, never to /tmp: none newer than this
+        # run's start, whichever test's engine made it.
         leaked = [p.name for p in Path(tempfile.gettempdir()).glob("vllm_dist_*") if p.stat().st_mtime >= self.started_at]
         assert leaked == []
 
