@@ -33,7 +33,8 @@ class EngineWatch:
 
     def __init__(self) -> None:
         self.first_seen: dict[int, float] = {}
-        self.alive_at: list[float] = []  # the polls that saw at least one engine process
+        self.alive_at: list[float] = []  # the polls that saw at least one engine process below us
+        self.anywhere_at: list[float] = []  # the polls that saw one anywhere on the machine
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="engine-watch", daemon=True)
         self._thread.start()
@@ -46,6 +47,8 @@ class EngineWatch:
                 self.first_seen.setdefault(pid, now)
             if engines:
                 self.alive_at.append(now)
+            if engines or _engines_on_the_machine():
+                self.anywhere_at.append(now)
 
     def started_between(self, start: float, end: float) -> list[int]:
         return [pid for pid, seen in self.first_seen.items() if start <= seen <= end]
@@ -54,6 +57,9 @@ class EngineWatch:
         """Whether an engine process lived during [start, end]; a test shorter than a poll that uses a
         shared engine is answered by a look now (the shared engine still lives)."""
         return any(start <= seen <= end for seen in self.alive_at) or bool(self.engines_now())
+
+    def ran_anywhere_between(self, start: float, end: float) -> bool:
+        return any(start <= seen <= end for seen in self.anywhere_at) or bool(_engines_on_the_machine())
 
     def engines_now(self) -> list[int]:
         return [pid for pid in _descendants(os.getpid()) if ENGINE_PROCESS in _cmdline(pid)]
@@ -76,6 +82,10 @@ def _descendants(root: int) -> list[int]:
         found += children
         frontier += children
     return found
+
+
+def _engines_on_the_machine() -> list[int]:
+    return [int(path.parent.name) for path in Path("/proc").glob("[0-9]*/cmdline") if ENGINE_PROCESS in _cmdline(int(path.parent.name))]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -125,7 +135,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     started = watch.started_between(start, end)
     if started and not marked:
         pytest.fail(f"{item.nodeid} started a vLLM engine (pids {started}) but has no `engine` mark", pytrace=False)
-    if marked and not watch.alive_between(start, end):
+    # Ray starts its workers (and so the engines placed on them) from its own daemons, which need not
+    # be our descendants: a test of the `ray` group counts an engine process anywhere.
+    ray_group = any(mark.args == ("ray",) for mark in item.iter_markers("xdist_group"))
+    if marked and not watch.alive_between(start, end) and not (ray_group and watch.ran_anywhere_between(start, end)):
         pytest.fail(f"{item.nodeid} has the `engine` mark but no vLLM engine ran during it", pytrace=False)
 
 

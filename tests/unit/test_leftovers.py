@@ -10,12 +10,20 @@ from pathlib import Path
 from tests.leftovers import left_behind, listing
 
 
-def test_a_new_entry_is_left_behind_until_a_process_holds_it():
+def test_a_new_entry_is_left_behind_once_no_process_holds_it():
     before = listing()
     handle, name = tempfile.mkstemp(prefix="leftover_check_", dir="/tmp")
+    os.close(handle)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import sys, time; f = open({name!r}); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE
+    )
     try:
-        assert left_behind(before) == []  # held: this process has it open
-        os.close(handle)
+        holder.stdout.readline()  # the file is open in the holder
+        assert left_behind(before) == []
+    finally:
+        holder.kill()
+        holder.wait()
+    try:
         assert left_behind(before) == [name]  # nobody holds it now
     finally:
         os.unlink(name)
