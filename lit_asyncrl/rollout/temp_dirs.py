@@ -43,6 +43,11 @@ def run_dir() -> Path:
             remove_dirs_of_dead_owners()
             _run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}_", dir=_root()))
             atexit.register(shutil.rmtree, _run_dir, ignore_errors=True)
+            # Also when this process ends without its exit handlers (killed, or an exit that skips
+            # them): a reaper of its own removes the dir once the process is gone.
+            from lit_asyncrl.rollout.reaper import start_reaper
+
+            start_reaper([_run_dir])
             tempfile.tempdir = str(_run_dir)
         return _run_dir
 

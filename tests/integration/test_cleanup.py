@@ -130,8 +130,10 @@ class Run:
         assert engine_temp_dirs(self.process.pid) == set()
         # Nothing new in /tmp or /dev/shm that no live process holds: no socket, no rendezvous file,
         # no semaphore, no dir of ours (another worker's run, still going, holds its own).
-        while left_behind(self.listing_before) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # multiprocessing's resource tracker unlinks a killed run's semaphores once it notices.
+        listing_deadline = time.monotonic() + 20
+        while left_behind(self.listing_before) and time.monotonic() < listing_deadline:
+            time.sleep(0.5)
         assert left_behind(self.listing_before) == []
         # vLLM's gloo rendezvous file goes to the run's own dir, never to /tmp: none newer than this
         # run's start, whichever test's engine made it.
