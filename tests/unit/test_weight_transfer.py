@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from lit_asyncrl.rollout.engine import EngineConfig, engine_args
-from lit_asyncrl.rollout.gloo_weight_transfer import GlooTrainerInitInfo, pack_plan
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, select_weight_transfer, weights_for_engine
 
 
@@ -57,6 +56,8 @@ def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_fil
 
 
 def test_the_trainer_opens_a_group_for_itself_and_every_engine_worker():
+    from lit_asyncrl.rollout.gloo_weight_transfer import GlooTrainerInitInfo  # imports vLLM: not at collection
+
     sender = WeightSender("gloo", torch.float32, engine_workers=EngineConfig(tensor_parallel_size=2, data_parallel_size=3).engine_workers())
     info = sender.init_info()
     assert isinstance(info, GlooTrainerInitInfo) and info.backend == "gloo"
@@ -98,6 +99,8 @@ def test_the_weight_source_declares_what_it_yields():
 
 
 def test_pack_plan_cuts_at_dtype_changes_and_the_size_limit():
+    from lit_asyncrl.rollout.gloo_weight_transfer import pack_plan
+
     f32, bf16 = torch.float32, torch.bfloat16
     dtypes, shapes = [f32, f32, bf16, f32], [[2, 3], [4], [5], [1]]
     # 24 + 16 bytes fit in 40; the bf16 tensor starts a buffer, and so does the f32 one after it.
