@@ -75,13 +75,20 @@ def _descendants(root: int) -> dict[int, int]:
     return found
 
 
-def _is_resource_tracker(pid: int) -> bool:
-    """multiprocessing's resource tracker: once every process holding its pipe is gone, it unlinks the
-    named semaphores (/dev/shm/sem.mp-*) they leaked. Killed with the others, it would leave them."""
+#: Processes a reaper never kills: multiprocessing's resource tracker (once every process holding its
+#: pipe is gone, it unlinks the named semaphores, /dev/shm/sem.mp-*, they leaked; killed with the
+#: others, it would leave them) and the trainer's other reapers (a process has one for its run dir and
+#: one per engine; a reaper that killed another before that one removed its paths would leave them:
+#: seen as an engine's weights dir left after a SIGKILL).
+SPARED_COMMANDS = (b"multiprocessing.resource_tracker", b"lit_asyncrl.rollout.reaper")
+
+
+def _is_spared(pid: int) -> bool:
     try:
-        return b"multiprocessing.resource_tracker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+    return any(name in command for name in SPARED_COMMANDS)
 
 
 def watch(trainer_pid: int, paths: list[str]) -> None:
@@ -90,7 +97,7 @@ def watch(trainer_pid: int, paths: list[str]) -> None:
     while _alive(trainer_pid):
         for pid, started in _descendants(trainer_pid).items():
             if pid not in recorded and pid not in spared:
-                if _is_resource_tracker(pid):
+                if _is_spared(pid):
                     spared.add(pid)
                 else:
                     recorded[pid] = started

@@ -18,7 +18,7 @@ owners that are gone.
 
 from __future__ import annotations
 
-import atexit
+import multiprocessing.util
 import os
 import shutil
 import tempfile
@@ -42,7 +42,10 @@ def run_dir() -> Path:
         if _run_dir is None or not _run_dir.is_dir():
             remove_dirs_of_dead_owners()
             _run_dir = Path(tempfile.mkdtemp(prefix=f"{RUN_DIR_PREFIX}{os.getpid()}_", dir=_root()))
-            atexit.register(shutil.rmtree, _run_dir, ignore_errors=True)
+            # Removed at exit after multiprocessing's own temp dir (`pymp-*`, made here once `tempfile`
+            # points here), which its exit function removes with priority -100: an `atexit` handler of
+            # ours would run first and that removal would print a FileNotFoundError traceback.
+            multiprocessing.util.Finalize(None, shutil.rmtree, args=(str(_run_dir),), kwargs={"ignore_errors": True}, exitpriority=-200)
             # Also when this process ends without its exit handlers (killed, or an exit that skips
             # them): a reaper of its own removes the dir once the process is gone.
             from lit_asyncrl.rollout.reaper import start_reaper

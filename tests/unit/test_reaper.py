@@ -55,20 +55,48 @@ time.sleep(600)
     assert not marker.exists()
 
 
+def test_every_reaper_of_a_killed_trainer_removes_its_own_paths(tmp_path):
+    # A trainer has a reaper for its run dir and one per engine. Each records the trainer's children,
+    # the other reapers among them: the first to see the trainer gone must not kill the others before
+    # they removed their paths. Four reapers, so a reaper that kills the rest would leave three paths.
+    paths = [tmp_path / f"engine_{index}" for index in range(4)]
+    for path in paths:
+        path.mkdir()
+    trainer_code = f"""
+import time
+from lit_asyncrl.rollout.reaper import start_reaper
+for path in {[str(path) for path in paths]!r}:
+    start_reaper([path])
+print("ready", flush=True)
+time.sleep(600)
+"""
+    trainer = subprocess.Popen([sys.executable, "-c", trainer_code], stdout=subprocess.PIPE, text=True)
+    assert trainer.stdout.readline().strip() == "ready"
+    time.sleep(1.5)  # every reaper has recorded the others (they poll every 0.5 s)
+    os.kill(trainer.pid, signal.SIGKILL)
+    trainer.wait()
+    deadline = time.monotonic() + 10
+    while any(path.exists() for path in paths) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [path.name for path in paths if path.exists()] == []
+
+
 def test_a_run_dir_takes_vllms_ipc_paths_and_the_temp_dir_and_goes_at_exit():
     code = """
-import os, tempfile
+import multiprocessing.util, os, tempfile  # loaded before the run dir is made, as torch and vLLM load it
 from lit_asyncrl.rollout.temp_dirs import engine_environment, run_dir
 made = run_dir()
 assert run_dir() == made  # one per process
 environment = engine_environment()
-print(made, tempfile.gettempdir(), environment["VLLM_RPC_BASE_PATH"], environment["TMPDIR"], flush=True)
+shared = multiprocessing.util.get_temp_dir()  # made in the run dir, removed by multiprocessing at exit
+print(made, tempfile.gettempdir(), environment["VLLM_RPC_BASE_PATH"], environment["TMPDIR"], os.path.dirname(shared), flush=True)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ})
     made, *pointed = result.stdout.split()
     assert Path(made).name.startswith("lit_asyncrl_run_")
-    assert pointed == [made, made, made]
+    assert pointed == [made, made, made, made]
     assert not Path(made).exists()  # removed when the process exited
+    assert result.stderr == ""  # after multiprocessing's own dir in it: no traceback from its removal
 
 
 def test_a_sigkilled_trainers_named_semaphores_are_unlinked(tmp_path):
