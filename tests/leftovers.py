@@ -23,14 +23,38 @@ def listing() -> set[Path]:
     return {entry for root in ROOTS if root.is_dir() for entry in root.iterdir()}
 
 
-def left_behind(before: set[Path]) -> list[str]:
-    """Entries that are new since `before` and that no live process holds (pytest's basetemp aside)."""
+def left_behind(before: set[Path], own_processes: set[int] | None = None) -> list[str]:
+    """Entries that are new since `before` and that no live process holds (pytest's basetemp aside).
+
+    With `own_processes` (every process one run started, all gone by now), a named semaphore
+    (`sem.mp-*`) does not count while a resource tracker outside them lives: a semaphore's name does
+    not say whose it is, and one that another test's killed process leaked stays until that
+    process's tracker, still alive, unlinks it. The session's own check, with no such tracker left,
+    counts every semaphore.
+    """
     new = listing() - before
     if not new:
         return []
     held = _held_paths()
     basetemp = f"pytest-of-{getpass.getuser()}"
-    return sorted(str(entry) for entry in new if entry.name != basetemp and not _is_held(entry, held))
+    foreign_tracker = own_processes is not None and any(pid not in own_processes for pid in resource_trackers())
+    return sorted(
+        str(entry)
+        for entry in new
+        if entry.name != basetemp and not _is_held(entry, held) and not (foreign_tracker and entry.name.startswith("sem.mp-"))
+    )
+
+
+def resource_trackers() -> list[int]:
+    """Live multiprocessing resource trackers (they unlink the semaphores their processes leaked)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"multiprocessing.resource_tracker" in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 def _is_held(entry: Path, held: set[str]) -> bool:

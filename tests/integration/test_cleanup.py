@@ -119,7 +119,7 @@ class Run:
         self.assert_nothing_left()
 
     def _left_behind(self) -> list[str]:
-        return [entry for entry in left_behind(self.listing_before) if _not_our_dead_owners_dir(entry)]
+        return [entry for entry in left_behind(self.listing_before, self.descendants) if _not_our_dead_owners_dir(entry)]
 
     def assert_nothing_left(self) -> None:
         assert self.descendants, "no child process was ever seen"

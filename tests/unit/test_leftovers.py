@@ -5,9 +5,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from tests.leftovers import left_behind, listing
+from tests.leftovers import left_behind, listing, resource_trackers
 
 
 def test_a_new_entry_is_left_behind_once_no_process_holds_it():
@@ -50,3 +51,26 @@ def test_a_socket_counts_while_bound_and_a_dir_while_its_owner_lives():
     finally:
         ours.rmdir()
         theirs.rmdir()
+
+
+def test_a_semaphore_waits_for_a_live_resource_tracker_outside_the_run(tmp_path):
+    # A run's own processes are gone; a semaphore nobody maps counts as that run's leftover, except
+    # while another process's resource tracker lives, which may still unlink it.
+    run_processes = set(resource_trackers())  # trackers alive now stand for the run's own
+    before = listing()
+    semaphore = Path("/dev/shm") / f"sem.mp-leftover-check-{os.getpid()}"
+    semaphore.write_bytes(b"")
+    tracker_code = "from multiprocessing import resource_tracker; resource_tracker.ensure_running(); print(flush=True); input()"
+    holder = subprocess.Popen([sys.executable, "-c", tracker_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()  # its tracker runs
+        assert left_behind(before, run_processes) == []
+        assert left_behind(before) == [str(semaphore)]  # without a run's processes: always counted
+        holder.communicate("\n", timeout=10)  # the holder ends; its tracker ends with it
+        deadline = time.monotonic() + 10
+        while set(resource_trackers()) - run_processes and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert left_behind(before, run_processes) == [str(semaphore)]
+    finally:
+        holder.kill()
+        semaphore.unlink()
