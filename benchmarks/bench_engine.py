@@ -23,7 +23,8 @@ import time
 import torch
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig
 
 REQUESTS, TOKENS = 128, 64
 

@@ -24,7 +24,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy, resolve_model_path
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig
 
 TARGET = 2.0
 ROUTES = ("file", "gloo")

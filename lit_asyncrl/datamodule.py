@@ -17,7 +17,8 @@ from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.dedicated import ProcessWorker
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 from lit_asyncrl.rollout.weight_transfer import select_weight_transfer

@@ -72,7 +72,8 @@ class LLMUser(SimulatedUser):
         from transformers import AutoTokenizer
 
         from lit_asyncrl.models.resolve import resolve_model_path
-        from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+        from lit_asyncrl.rollout.engine import VLLMEngine
+        from lit_asyncrl.rollout.engine_config import EngineConfig
 
         if self._engine is not None:
             return

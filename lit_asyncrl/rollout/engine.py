@@ -13,163 +13,33 @@ token is the version that sampled it (a kept stale KV would mix two versions).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
-import dataclasses
 import gc
 import logging
-import multiprocessing
 import os
 import shutil
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 from safetensors.torch import save_file
 
-from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
+from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, weight_sender
+from lit_asyncrl.rollout.engine_protocol import TurnOutput, run_watched
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
-from lit_asyncrl.rollout.temp_dirs import engine_environment, make_weights_dir, run_dir
-from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, weights_for_engine
+from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, standard_start_method
+from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
+from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, weights_for_engine
 
 T = TypeVar("T")
 
 
-_environment_lock = threading.Lock()
-_environment_holders = 0
-_environment_saved: dict[str, str | None] = {}
-
-
-@contextlib.contextmanager
-def _spawned_process_environment(values: Mapping[str, str]) -> Iterator[None]:
-    """`values` in the environment while the block spawns processes (which read it at their start
-    only); the caller's own values come back after the block, however it ends.
-
-    Engines start on threads of their own at the same time, each with the same values: the first
-    block in saves the caller's values and the last one out restores them, so no start sees them
-    swapped back half-way and none is left behind.
-    """
-    global _environment_holders
-    with _environment_lock:
-        if _environment_holders == 0:
-            _environment_saved.clear()
-            _environment_saved.update({key: os.environ.get(key) for key in values})
-        _environment_holders += 1
-        os.environ.update(values)
-    try:
-        yield
-    finally:
-        with _environment_lock:
-            _environment_holders -= 1
-            if _environment_holders == 0:
-                for key, value in _environment_saved.items():
-                    if value is None:
-                        os.environ.pop(key, None)
-                    else:
-                        os.environ[key] = value
-
-
-class EngineDeadError(RuntimeError):
-    """The vLLM engine (its loop thread or its engine-core process) is gone."""
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineConfig:
-    """Settings of the vLLM engine (one key per engine argument that matters here)."""
-
-    dtype: str = "float32"  # "bfloat16" gives a real train-inference discrepancy
-    max_model_len: int = 256
-    kv_cache_fraction: float = 0.2  # vLLM's gpu_memory_utilization: on CPU, the RAM share for KV
-    #: A fixed KV cache size instead (vLLM's kv_cache_memory_bytes). On CPU vLLM sizes the cache as
-    #: the fraction of the NUMA node's memory minus the engine process's own, which on a small or
-    #: ballooning machine can come out negative; a size in bytes does not depend on the machine.
-    kv_cache_bytes: int | None = None
-    max_num_seqs: int = 256
-    seed: int = 0
-    enforce_eager: bool = True
-    #: On CPU, run the model worker inside vLLM's engine-core process (with one OpenMP thread)
-    #: instead of the second spawned process vLLM's CPU platform picks: starts about 5 s sooner and
-    #: generates faster beside a training process (`benchmarks/bench_engine.py`).
-    worker_in_engine_process: bool = True
-    #: vLLM's own log level. Every weight push makes vLLM log a reload warning and a loading bar;
-    #: ERROR keeps Lightning's progress bar readable ("INFO" shows everything again).
-    log_level: str = "ERROR"
-    #: An engine with requests in flight that streams nothing for this long (outside a pause) has
-    #: stopped answering and is reported dead, though its processes still run.
-    stall_timeout_s: float = 120.0
-    #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    #: How weights reach the engine (`weight_transfer.py`): "file", or a backend of vLLM's
-    #: weight-transfer API, "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
-    weight_transfer: str = "file"
-
-    def torch_dtype(self) -> torch.dtype:
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
-
-    def engine_workers(self) -> int:
-        """vLLM's workers in one engine (each joins a weight transfer's group)."""
-        return self.tensor_parallel_size * self.data_parallel_size
-
-
-def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
-    """vLLM engine arguments for `config`'s tensor and data parallelism on `device_type`.
-
-    Passed through as they are on GPUs; refused on CPU, where an engine is one worker (the project
-    runs it inside the engine-core process, `worker_in_engine_process`).
-    """
-    sizes = {"tensor_parallel_size": config.tensor_parallel_size, "data_parallel_size": config.data_parallel_size}
-    for key, size in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"rollout.{key} must be an integer >= 1, got {size!r}")
-    if device_type == "cpu" and (config.tensor_parallel_size, config.data_parallel_size) != (1, 1):
-        raise ValueError(
-            f"rollout.tensor_parallel_size={config.tensor_parallel_size} and rollout.data_parallel_size={config.data_parallel_size}: "
-            "vLLM's parallelism inside an engine needs GPUs; on CPU use rollout.num_engines for more engines"
-        )
-    return sizes
-
-
-def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
-    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`."""
-    from vllm import AsyncEngineArgs
-    from vllm.config import WeightTransferConfig
-
-    return AsyncEngineArgs(
-        model=model_path,
-        dtype=config.dtype,
-        max_model_len=config.max_model_len,
-        gpu_memory_utilization=config.kv_cache_fraction,
-        kv_cache_memory_bytes=config.kv_cache_bytes,
-        max_num_seqs=config.max_num_seqs,
-        seed=config.seed,
-        enforce_eager=config.enforce_eager,
-        use_tqdm_on_load=False,
-        # mu must be the log-prob of the distribution actually sampled (temperature applied).
-        logprobs_mode="processed_logprobs",
-        # The `file` route reloads from disk; every other route is a backend of vLLM's weight-transfer API.
-        weight_transfer_config=None if config.weight_transfer == "file" else WeightTransferConfig(backend=config.weight_transfer),
-        **parallelism_args(config, device_type),
-    )
-
-
-@dataclasses.dataclass
-class TurnOutput:
-    """One generated turn: token ids, their behaviour log-probs mu and the version that sampled each."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    versions: list[int]
-    finish_reason: str | None
-
-
 class VLLMEngine:
-    """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop."""
+    """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop (an `Engine`)."""
 
     def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig()) -> None:
         self.model_path = str(model_path)
@@ -186,11 +56,7 @@ class VLLMEngine:
         self._requests_in_flight = 0
         self._last_progress = time.monotonic()
         self._paused = False
-        self._sender = (
-            None
-            if config.weight_transfer == "file"
-            else WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
-        )
+        self._sender = weight_sender(config)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -213,7 +79,7 @@ class VLLMEngine:
             os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
             os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         logging.getLogger("vllm").setLevel(self.config.log_level.upper())
-        _standard_start_method()
+        standard_start_method()
         # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them
         # and removes the files vLLM made for them (sockets, rendezvous files: `temp_dirs.py`).
         self._reaper = start_reaper([self._weights_dir, run_dir()])
@@ -242,38 +108,11 @@ class VLLMEngine:
     async def _create_llm(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = engine_args(self.model_path, self.config, _device_type())
-        config = args.create_engine_config()
-        in_process = self.config.worker_in_engine_process and config.device_config.device_type == "cpu"
-        if in_process:
-            # One worker needs no process of its own: vLLM's CPU platform still picks the
-            # multiprocess executor, which spawns a second Python process beside the engine core
-            # (its imports cost about 5 s at every start, its exit 2 s at every shutdown). The
-            # engine core runs it in-process instead.
-            config.parallel_config.distributed_executor_backend = "uni"
-        # vLLM's sockets and the engine core's temp files go to this process's run dir (`temp_dirs.py`).
-        environment = engine_environment()
-        if in_process:
-            # In-process, the CPU worker skips vLLM's usual thread binding and its
-            # `torch.set_num_threads` calls, so the engine core would run one OpenMP thread per core
-            # beside the trainer's own, and the two pools' spin-waits slow generation about 5x on a
-            # busy 2-core machine (measured: 1,950 against 10,700 tokens/s). One thread is what the
-            # multiprocess executor's binding gave it.
-            environment["OMP_NUM_THREADS"] = "1"
-        if config.device_config.device_type == "cpu" and self.config.enforce_eager:
-            # vLLM's sampler still compiles two small functions with torch.compile (the sampled
-            # token's rank for its log-prob, and the random sampling) at the first request: 7-16 s
-            # of the engine core's time before the first token on this 2-core machine, and inductor's
-            # cache files in the temp dir. Eager, the same operations take 0.06 s for that request.
-            # Nothing else in an eager CPU engine uses torch.compile.
-            environment["TORCHDYNAMO_DISABLE"] = "1"
-        if config.device_config.device_type == "cpu":
-            # The engine core's interpreter finalization after vLLM's own clean-up took 1.3 s of
-            # every 2.3 s shutdown (`engine_core_exit.py`); measured on CPU only, so armed there.
-            environment[FAST_EXIT_VARIABLE] = "1"
+        config = vllm_config(self.model_path, self.config, _device_type())
+        environment = engine_core_environment(self.config, config)
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
-        with _spawned_process_environment(environment):
+        with spawned_process_environment(environment):
             self._llm = AsyncLLM.from_vllm_config(config)
         await self._llm.update_weight_version(str(self.version))
 
@@ -357,13 +196,7 @@ class VLLMEngine:
         return self._loop
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
-        """Run a coroutine on the engine loop from another thread and wait for its result.
-
-        Raises `EngineDeadError` within about a second if the engine dies while waiting, and in
-        place of whatever a dead engine's call raised (vLLM's own errors name no part). With
-        `stalled` (what the call is, e.g. "a weight push"), running past `timeout_s` means the
-        engine stopped answering (`EngineDeadError`); without it, a plain `TimeoutError`.
-        """
+        """Run a coroutine on the engine loop from another thread and wait for it (`run_watched`)."""
         return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
 
     # -- generation (called inside the engine loop) ------------------------------------------
@@ -493,40 +326,6 @@ class VLLMEngine:
         return self.config.torch_dtype()
 
 
-def run_watched(
-    loop: asyncio.AbstractEventLoop,
-    coroutine: Coroutine[Any, Any, T],
-    dead_reason: Callable[[], str | None],
-    timeout_s: float | None = None,
-    stalled: str | None = None,
-) -> T:
-    """`coroutine` on `loop` (another thread's), waited for while `dead_reason()` stays None
-    (see `VLLMEngine.run`)."""
-    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    while True:
-        wait_s = 1.0 if deadline is None else min(1.0, max(deadline - time.monotonic(), 0.0))
-        try:
-            return future.result(wait_s)
-        except concurrent.futures.TimeoutError:
-            if deadline is not None and time.monotonic() >= deadline:
-                future.cancel()
-                if stalled:
-                    raise EngineDeadError(
-                        f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s (data.engine_stall_timeout_s)"
-                    ) from None
-                raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
-            error = None
-        except Exception as raised:
-            error = raised
-        reason = dead_reason()
-        if reason is not None:
-            future.cancel()
-            raise EngineDeadError(f"the vLLM engine died: {reason}") from error
-        if error is not None:
-            raise error
-
-
 def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
     """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
     if not spans:
@@ -536,14 +335,6 @@ def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[in
         version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
         versions[start:end] = [int(version)] * (end - start)
     return versions
-
-
-def _standard_start_method() -> None:
-    """A process vLLM spawns is told this process's multiprocessing start method by name and sets
-    it first thing. Inside a joblib worker (Hydra's parallel launcher) that name is 'loky', which a
-    plain Python child cannot resolve: the engine core would die at birth. Use 'spawn' there."""
-    if multiprocessing.get_start_method(allow_none=True) not in (None, "spawn", "fork", "forkserver"):
-        multiprocessing.set_start_method("spawn", force=True)
 
 
 def _device_type() -> str:

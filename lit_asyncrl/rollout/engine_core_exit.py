@@ -7,7 +7,7 @@ and vLLM loaded. Measured on a 2-core CPU machine: 1.3 s with no system call bet
 last clean-up and `exit_group`, so an engine's shutdown took 2.3 s instead of 0.9 s, and the
 trainer waits for it at the end of every run (and at every engine restart).
 
-Enabled only where `rollout/engine.py` asks for it (an environment variable set while it spawns an
+Enabled only where `rollout/engine_config.py` asks for it (an environment variable set while it spawns an
 eager CPU engine) and only in the engine-core process. The exit status is the one the process was
 going to exit with; exit handlers registered after this plugin loaded (vLLM's, torch's) still run,
 since `atexit` runs handlers last-registered first, and this one is registered when vLLM loads its

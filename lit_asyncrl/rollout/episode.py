@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_asyncrl.envs.base import Environment, Transition
-from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory
@@ -17,7 +17,7 @@ from lit_asyncrl.text import UnencodableTextError
 
 
 async def play_episode(
-    engine: VLLMEngine,
+    engine: Engine,
     env: Environment,
     episode_format: EpisodeFormat,
     instance: object,
@@ -64,7 +64,7 @@ async def play_episode(
 
 
 async def play_instance(
-    engine: VLLMEngine,
+    engine: Engine,
     env: Environment,
     episode_formats: Mapping[str | None, EpisodeFormat],
     instance: object,

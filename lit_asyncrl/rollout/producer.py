@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
-from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
@@ -30,7 +30,7 @@ class RolloutProducer:
 
     def __init__(
         self,
-        engine: VLLMEngine,
+        engine: Engine,
         env: Environment,
         episode_formats: Mapping[str | None, EpisodeFormat],
         buffer: RolloutBuffer,

@@ -1,7 +1,6 @@
 """Placement by Ray: vLLM engines and the dedicated old-logit worker as Ray actors, here or on a cluster node.
 
-`RayEngine` has the interface the producer and the service use of `VLLMEngine` (`generate`,
-`version`, `loop`, `run`, `push_weights`, `pause`, `resume`, `dead_reason`, `shutdown`), so the
+`RayEngine` implements the `Engine` protocol (`engine_protocol.py`) as `VLLMEngine` does, so the
 rollout service, its producers and its buffer stay in the trainer's process unchanged: episodes
 run on a local event loop and each turn streams from the actor. Inside the actor an ordinary
 `VLLMEngine` samples, tags every token with its version and pushes weights in place, so
@@ -29,9 +28,10 @@ from typing import Any, TypeVar
 import torch
 
 from lit_asyncrl.rollout.dedicated import OldLogitScorer
-from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, TurnOutput, VLLMEngine, run_watched
-from lit_asyncrl.rollout.temp_dirs import make_ray_dir
-from lit_asyncrl.rollout.weight_transfer import WeightSender
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig, weight_sender
+from lit_asyncrl.rollout.engine_protocol import EngineDeadError, TurnOutput, run_watched
+from lit_asyncrl.rollout.temp_dirs import make_ray_dir, remove_run_dir
 
 T = TypeVar("T")
 
@@ -204,6 +204,7 @@ class EngineActor:
 
     def shutdown(self) -> None:
         self.engine.shutdown()
+        remove_run_dir()  # the actor is killed next, without its exit handlers
 
 
 class RayEngine:
@@ -232,11 +233,7 @@ class RayEngine:
         self._pieces_received = 0
         #: The trainer side of vLLM's weight-transfer API (None for the `file` route, which
         #: ships the tensors through Ray's object store).
-        self._sender = (
-            None
-            if config.weight_transfer == "file"
-            else WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
-        )
+        self._sender = weight_sender(config)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:

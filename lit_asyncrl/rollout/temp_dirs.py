@@ -55,6 +55,18 @@ def run_dir() -> Path:
         return _run_dir
 
 
+def remove_run_dir() -> None:
+    """Remove this process's run dir now, for a process that ends without its exit handlers: a Ray
+    actor is killed (`ray.kill`) once its engine is shut down, and Ray kills the actor's children,
+    the run dir's reaper among them, with it."""
+    global _run_dir
+    with _run_dir_lock:
+        if _run_dir is not None:
+            shutil.rmtree(_run_dir, ignore_errors=True)
+            tempfile.tempdir = _ORIGINAL_TEMP_DIR
+            _run_dir = None
+
+
 def engine_environment() -> dict[str, str]:
     """Environment variables to hold while an engine is made: vLLM reads `VLLM_RPC_BASE_PATH` in this
     process when it picks the paths of the engine core's sockets, and the engine core, spawned then,

@@ -17,7 +17,9 @@ import torch
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel, ProcessWorker
-from lit_asyncrl.rollout.engine import EngineConfig, EngineDeadError, VLLMEngine
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
 from lit_asyncrl.rollout.episode import play_instance
 from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
@@ -86,7 +88,7 @@ class VLLMRolloutService:
         env_failure_window: int = 64,
         engine_restarts: int = 0,
         num_engines: int = 1,
-        engine_factory: Callable[[str, EngineConfig], VLLMEngine] = VLLMEngine,
+        engine_factory: Callable[[str, EngineConfig], Engine] = VLLMEngine,
         old_logit_worker_factory: Callable[[str, int], Any] = ProcessWorker,
     ) -> None:
         from transformers import AutoTokenizer
@@ -117,17 +119,17 @@ class VLLMRolloutService:
             _check_context_holds_a_turn(task, self.episode_formats[name], engine_config.max_model_len, seed)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
         #: One engine and one producer per lane (None before `start` and after `close`).
-        self.engines: list[VLLMEngine | None] = [None] * num_engines
+        self.engines: list[Engine | None] = [None] * num_engines
         self.producers: list[RolloutProducer | None] = [None] * num_engines
         #: Engines launched by `launch_early`, taken over by `start`.
-        self._early_engines: list[VLLMEngine | None] = [None] * num_engines
+        self._early_engines: list[Engine | None] = [None] * num_engines
         self._group_ids = itertools.count()
         self.router = LeastLoadedRouter()
         self.dedicated: DedicatedOldLogitModel | None = None
         self._use_dedicated = False
 
     @property
-    def engine(self) -> VLLMEngine | None:
+    def engine(self) -> Engine | None:
         """The first engine (the only one with `num_engines=1`)."""
         return self.engines[0]
 
@@ -154,7 +156,7 @@ class VLLMRolloutService:
             if self.engines[lane] is None and self._early_engines[lane] is None:
                 self._early_engines[lane] = self._new_engine(initial_version=0)
 
-    def _new_engine(self, initial_version: int) -> VLLMEngine:
+    def _new_engine(self, initial_version: int) -> Engine:
         engine = self.engine_factory(self.model_path, self.engine_config)
         engine.launch(initial_version=initial_version)
         return engine
@@ -359,7 +361,7 @@ class VLLMRolloutService:
         return played
 
     def _evaluate_on(
-        self, engine: VLLMEngine, instances: list[Any], indices: list[int], samples: int, timeout_s: float
+        self, engine: Engine, instances: list[Any], indices: list[int], samples: int, timeout_s: float
     ) -> list[list[Trajectory]]:
         """`samples` sampled and one greedy episode of each instance on `engine`; one row per instance.
 
@@ -479,7 +481,7 @@ class VLLMRolloutService:
         active = list(producer.active) if producer is not None else []
         return (self.buffer.pending_trajectories() if lane == 0 else []) + active
 
-    def _engines(self) -> list[VLLMEngine]:
+    def _engines(self) -> list[Engine]:
         if not self.started:
             raise RolloutServiceError("the rollout service is not started (or already closed)")
         return [engine for engine in self.engines if engine is not None]

@@ -3,7 +3,8 @@
 import pytest
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 from tests.integration.runs import SMALL_KV_CACHE_GIB
 

@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import started_engine
+from tests.integration.engine_contract import check_engine_contract
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_engine_versions")]
@@ -122,3 +123,10 @@ def test_the_engine_is_one_process_with_one_openmp_thread(head_engine):
     assert [cmdline(pid).split(b"\0")[0] for pid in vllm_processes] == [b"VLLM::EngineCore"]
     environment = Path(f"/proc/{vllm_processes[0]}/environ").read_bytes().split(b"\0")
     assert b"OMP_NUM_THREADS=1" in environment
+
+
+def test_the_local_engine_keeps_the_engine_protocol(head_engine, head_model_path):
+    # The same checks run against the Ray engine (`test_scale_out.py`): the producer, the episode
+    # runner and the service rely on nothing else.
+    weights = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32).state_dict()
+    check_engine_contract(head_engine, weights)

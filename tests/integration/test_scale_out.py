@@ -257,3 +257,24 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
     for row in (row for row in rows if "rollout/produced" in row):
         assert_accounting_holds(row)
     assert_both_engines_generated(rows, steps=8)
+
+
+@one_ray_test_at_a_time
+def test_the_ray_engine_keeps_the_engine_protocol(tiny_model_path):
+    # The checks the local engine passes (`test_engine_versions.py`), on an engine in a Ray actor.
+    pytest.importorskip("ray")
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.rollout.engine_config import EngineConfig
+    from lit_asyncrl.rollout.ray_placement import RayEngine, RayPlacement
+    from tests.integration.conftest import SMALL_KV_CACHE_BYTES
+    from tests.integration.engine_contract import check_engine_contract
+
+    engine = RayEngine(tiny_model_path, EngineConfig(max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES), RayPlacement(num_cpus=0.5))
+    try:
+        engine.start()
+        weights = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).state_dict()
+        check_engine_contract(engine, weights)
+    finally:
+        engine.shutdown()
+    assert ray_processes() == []

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from lit_asyncrl.rollout.engine import _spawned_process_environment
+from lit_asyncrl.rollout.spawn_environment import spawned_process_environment
 
 
 @pytest.mark.parametrize("before", [None, "2"])
@@ -15,7 +15,7 @@ def test_the_values_inside_the_block_and_the_callers_after(monkeypatch, before):
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", before)
     monkeypatch.setenv("TMPDIR", "/tmp")
-    with _spawned_process_environment({"OMP_NUM_THREADS": "1", "TMPDIR": "/dev/shm/engine"}):
+    with spawned_process_environment({"OMP_NUM_THREADS": "1", "TMPDIR": "/dev/shm/engine"}):
         assert os.environ["OMP_NUM_THREADS"] == "1"
         assert os.environ["TMPDIR"] == "/dev/shm/engine"
     assert os.environ.get("OMP_NUM_THREADS") == before
@@ -24,8 +24,8 @@ def test_the_values_inside_the_block_and_the_callers_after(monkeypatch, before):
 
 def test_an_error_inside_the_block_restores_too_and_no_values_change_nothing(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    with pytest.raises(RuntimeError), _spawned_process_environment({"OMP_NUM_THREADS": "1"}):
+    with pytest.raises(RuntimeError), spawned_process_environment({"OMP_NUM_THREADS": "1"}):
         raise RuntimeError("engine creation failed")
     assert os.environ["OMP_NUM_THREADS"] == "4"
-    with _spawned_process_environment({}):
+    with spawned_process_environment({}):
         assert os.environ["OMP_NUM_THREADS"] == "4"

@@ -6,7 +6,8 @@ import pytest
 
 from lit_asyncrl.datamodule import _placement
 from lit_asyncrl.rollout.dedicated import ProcessWorker
-from lit_asyncrl.rollout.engine import EngineConfig, VLLMEngine, parallelism_args
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 
 
 def test_parallelism_passes_through_on_gpus():

@@ -12,7 +12,7 @@ import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv, ServiceDeskEnv
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
-from lit_asyncrl.rollout.engine import TurnOutput
+from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.episode_format import ChatTemplateFormat, PlainFormat, episode_format_for

@@ -18,7 +18,8 @@ import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.engine import EngineConfig, TurnOutput
+from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.episode_format import PlainFormat
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory

@@ -126,3 +126,21 @@ if __name__ == "__main__":
     while semaphore.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not semaphore.exists()
+
+
+def test_a_process_killed_after_its_shutdown_removes_its_run_dir_first():
+    # A Ray actor is killed without its exit handlers once its engine is shut down: it removes its
+    # run dir itself, and `tempfile` points back to the temp dir it had.
+    code = """
+import os, tempfile
+from lit_asyncrl.rollout.temp_dirs import remove_run_dir, run_dir
+original = tempfile.gettempdir()
+made = run_dir()
+remove_run_dir()
+print(made, os.path.exists(made), tempfile.gettempdir() == original, flush=True)
+os._exit(0)  # no exit handlers, as under ray.kill
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    made, exists, restored = result.stdout.split()
+    assert (exists, restored) == ("False", "True")
+    assert not Path(made).exists()

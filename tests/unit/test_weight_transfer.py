@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lit_asyncrl.rollout.engine import EngineConfig, engine_args
+from lit_asyncrl.rollout.engine_config import EngineConfig, engine_args
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, select_weight_transfer, weights_for_engine
 
 

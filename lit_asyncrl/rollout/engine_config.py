@@ -1,0 +1,138 @@
+"""The engine's settings and their translation into vLLM's engine arguments and its engine-core process's environment."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
+from lit_asyncrl.rollout.temp_dirs import engine_environment
+from lit_asyncrl.rollout.weight_transfer import WeightSender
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Settings of the vLLM engine (one key per engine argument that matters here)."""
+
+    dtype: str = "float32"  # "bfloat16" gives a real train-inference discrepancy
+    max_model_len: int = 256
+    kv_cache_fraction: float = 0.2  # vLLM's gpu_memory_utilization: on CPU, the RAM share for KV
+    #: A fixed KV cache size instead (vLLM's kv_cache_memory_bytes). On CPU vLLM sizes the cache as
+    #: the fraction of the NUMA node's memory minus the engine process's own, which on a small or
+    #: ballooning machine can come out negative; a size in bytes does not depend on the machine.
+    kv_cache_bytes: int | None = None
+    max_num_seqs: int = 256
+    seed: int = 0
+    enforce_eager: bool = True
+    #: On CPU, run the model worker inside vLLM's engine-core process (with one OpenMP thread)
+    #: instead of the second spawned process vLLM's CPU platform picks: starts about 5 s sooner and
+    #: generates faster beside a training process (`benchmarks/bench_engine.py`).
+    worker_in_engine_process: bool = True
+    #: vLLM's own log level. Every weight push makes vLLM log a reload warning and a loading bar;
+    #: ERROR keeps Lightning's progress bar readable ("INFO" shows everything again).
+    log_level: str = "ERROR"
+    #: An engine with requests in flight that streams nothing for this long (outside a pause) has
+    #: stopped answering and is reported dead, though its processes still run.
+    stall_timeout_s: float = 120.0
+    #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    #: How weights reach the engine (`weight_transfer.py`): "file", or a backend of vLLM's
+    #: weight-transfer API, "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
+    weight_transfer: str = "file"
+
+    def torch_dtype(self) -> torch.dtype:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
+
+    def engine_workers(self) -> int:
+        """vLLM's workers in one engine (each joins a weight transfer's group)."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+
+def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
+    """vLLM engine arguments for `config`'s tensor and data parallelism on `device_type`.
+
+    Passed through as they are on GPUs; refused on CPU, where an engine is one worker (the project
+    runs it inside the engine-core process, `worker_in_engine_process`).
+    """
+    sizes = {"tensor_parallel_size": config.tensor_parallel_size, "data_parallel_size": config.data_parallel_size}
+    for key, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"rollout.{key} must be an integer >= 1, got {size!r}")
+    if device_type == "cpu" and (config.tensor_parallel_size, config.data_parallel_size) != (1, 1):
+        raise ValueError(
+            f"rollout.tensor_parallel_size={config.tensor_parallel_size} and rollout.data_parallel_size={config.data_parallel_size}: "
+            "vLLM's parallelism inside an engine needs GPUs; on CPU use rollout.num_engines for more engines"
+        )
+    return sizes
+
+
+def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
+    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`."""
+    from vllm import AsyncEngineArgs
+    from vllm.config import WeightTransferConfig
+
+    return AsyncEngineArgs(
+        model=model_path,
+        dtype=config.dtype,
+        max_model_len=config.max_model_len,
+        gpu_memory_utilization=config.kv_cache_fraction,
+        kv_cache_memory_bytes=config.kv_cache_bytes,
+        max_num_seqs=config.max_num_seqs,
+        seed=config.seed,
+        enforce_eager=config.enforce_eager,
+        use_tqdm_on_load=False,
+        # mu must be the log-prob of the distribution actually sampled (temperature applied).
+        logprobs_mode="processed_logprobs",
+        # The `file` route reloads from disk; every other route is a backend of vLLM's weight-transfer API.
+        weight_transfer_config=None if config.weight_transfer == "file" else WeightTransferConfig(backend=config.weight_transfer),
+        **parallelism_args(config, device_type),
+    )
+
+
+def weight_sender(config: EngineConfig) -> WeightSender | None:
+    """The trainer side of vLLM's weight-transfer API for an engine with `config` (None for the
+    `file` route, which needs no sender)."""
+    if config.weight_transfer == "file":
+        return None
+    return WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
+
+
+def vllm_config(model_path: str, config: EngineConfig, device_type: str) -> Any:
+    """vLLM's engine config for `config` on `device_type`, with one CPU worker in the engine core."""
+    made = engine_args(model_path, config, device_type).create_engine_config()
+    if config.worker_in_engine_process and device_type == "cpu":
+        # One worker needs no process of its own: vLLM's CPU platform still picks the
+        # multiprocess executor, which spawns a second Python process beside the engine core
+        # (its imports cost about 5 s at every start, its exit 2 s at every shutdown). The
+        # engine core runs it in-process instead.
+        made.parallel_config.distributed_executor_backend = "uni"
+    return made
+
+
+def engine_core_environment(settings: EngineConfig, config: Any) -> dict[str, str]:
+    """The environment the engine-core process of vLLM config `config` starts with."""
+    in_process = config.parallel_config.distributed_executor_backend == "uni" and config.device_config.device_type == "cpu"
+    # vLLM's sockets and the engine core's temp files go to this process's run dir (`temp_dirs.py`).
+    environment = engine_environment()
+    if in_process:
+        # In-process, the CPU worker skips vLLM's usual thread binding and its
+        # `torch.set_num_threads` calls, so the engine core would run one OpenMP thread per core
+        # beside the trainer's own, and the two pools' spin-waits slow generation about 5x on a
+        # busy 2-core machine (measured: 1,950 against 10,700 tokens/s). One thread is what the
+        # multiprocess executor's binding gave it.
+        environment["OMP_NUM_THREADS"] = "1"
+    if config.device_config.device_type == "cpu" and settings.enforce_eager:
+        # vLLM's sampler still compiles two small functions with torch.compile (the sampled
+        # token's rank for its log-prob, and the random sampling) at the first request: 7-16 s
+        # of the engine core's time before the first token on this 2-core machine, and inductor's
+        # cache files in the temp dir. Eager, the same operations take 0.06 s for that request.
+        # Nothing else in an eager CPU engine uses torch.compile.
+        environment["TORCHDYNAMO_DISABLE"] = "1"
+    if config.device_config.device_type == "cpu":
+        # The engine core's interpreter finalization after vLLM's own clean-up took 1.3 s of
+        # every 2.3 s shutdown (`engine_core_exit.py`); measured on CPU only, so armed there.
+        environment[FAST_EXIT_VARIABLE] = "1"
+    return environment
