@@ -12,6 +12,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
@@ -111,13 +112,13 @@ class RolloutDataModule(L.LightningDataModule):
         _validate_eval(eval_instances, eval_samples, eval_k)
         _validate_engine(dtype, max_model_len, kv_cache_fraction, max_concurrent_groups, top_k)
         if kv_cache_gib is not None and not kv_cache_gib > 0:
-            raise ValueError(f"data.kv_cache_gib must be > 0 or null, got {kv_cache_gib}")
+            raise ValueError(f"{config_key('data.kv_cache_gib')} must be > 0 or null, got {kv_cache_gib}")
         if not 0.0 <= env_failure_limit <= 1.0:
-            raise ValueError(f"data.env_failure_limit must be in [0, 1], got {env_failure_limit}")
+            raise ValueError(f"{config_key('data.env_failure_limit')} must be in [0, 1], got {env_failure_limit}")
         _require_int("env_failure_window", env_failure_window, 1)
         _require_int("engine_restarts", engine_restarts, 0)
         if not engine_stall_timeout_s > 0:
-            raise ValueError(f"data.engine_stall_timeout_s must be > 0, got {engine_stall_timeout_s}")
+            raise ValueError(f"{config_key('data.engine_stall_timeout_s')} must be > 0, got {engine_stall_timeout_s}")
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
@@ -236,12 +237,17 @@ def _placement(placement: str, ray_address: str | None, num_cpus: float, num_gpu
     if placement == "local":
         return {"engine_factory": VLLMEngine, "old_logit_worker_factory": ProcessWorker}
     if placement != "ray":
-        raise ValueError(f"data.placement must be 'local' or 'ray', got {placement!r}")
+        raise ValueError(f"{config_key('data.placement')} must be 'local' or 'ray', got {placement!r}")
     if not num_cpus > 0 or num_gpus < 0:
-        raise ValueError(f"data.ray_cpus_per_engine must be > 0 and data.ray_gpus_per_engine >= 0, got {num_cpus} and {num_gpus}")
+        raise ValueError(
+            f"{config_key('data.ray_cpus_per_engine')} must be > 0 and {config_key('data.ray_gpus_per_engine')} >= 0, got {num_cpus} and {num_gpus}"
+        )
     if importlib.util.find_spec("ray") is None:
-        raise ValueError('data.placement=ray needs Ray: pip install "lit-asyncrl[ray]" (or set rollout.placement=local)')
-    from lit_asyncrl.rollout.ray_placement import RayEngine, RayPlacement, RayWorker
+        placement_key = config_key("data.placement")
+        raise ValueError(f'{placement_key}=ray needs Ray: pip install "lit-asyncrl[ray]" (or set {placement_key}=local)')
+    from lit_asyncrl.rollout.ray_engine import RayEngine
+    from lit_asyncrl.rollout.ray_placement import RayPlacement
+    from lit_asyncrl.rollout.ray_worker import RayWorker
 
     resources = RayPlacement(address=ray_address, num_cpus=num_cpus, num_gpus=num_gpus)
     return {
@@ -253,7 +259,7 @@ def _placement(placement: str, ray_address: str | None, num_cpus: float, num_gpu
 def _require_int(key: str, value: object, minimum: int) -> None:
     """`value` must be a whole number >= minimum (a YAML 1.5 or true is a typo, not a count)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"data.{key} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{config_key('data.' + key)} must be an integer >= {minimum}, got {value!r}")
 
 
 def _validate_eval(eval_instances: int, eval_samples: int, eval_k: int) -> None:
@@ -261,19 +267,21 @@ def _validate_eval(eval_instances: int, eval_samples: int, eval_k: int) -> None:
     _require_int("eval_k", eval_k, 1)
     _require_int("eval_samples", eval_samples, 1)
     if eval_samples < eval_k:
-        raise ValueError(f"data.eval_samples={eval_samples} must be >= data.eval_k={eval_k} (pass@k needs n >= k samples)")
+        raise ValueError(
+            f"{config_key('data.eval_samples')}={eval_samples} must be >= {config_key('data.eval_k')}={eval_k} (pass@k needs n >= k samples)"
+        )
 
 
 def _validate_engine(dtype: str, max_model_len: int, kv_cache_fraction: float, max_concurrent_groups: int, top_k: int) -> None:
     dtypes = ("float32", "bfloat16", "float16")
     if dtype not in dtypes:
-        raise ValueError(f"data.dtype must be one of {dtypes}, got {dtype!r}")
+        raise ValueError(f"{config_key('data.dtype')} must be one of {dtypes}, got {dtype!r}")
     _require_int("max_model_len", max_model_len, 2)
     if not 0.0 < kv_cache_fraction <= 1.0:
-        raise ValueError(f"data.kv_cache_fraction must be in (0, 1], got {kv_cache_fraction}")
+        raise ValueError(f"{config_key('data.kv_cache_fraction')} must be in (0, 1], got {kv_cache_fraction}")
     _require_int("max_concurrent_groups", max_concurrent_groups, 1)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not (top_k == -1 or top_k >= 1):
-        raise ValueError(f"data.top_k must be -1 (no top-k) or an integer >= 1, got {top_k!r}")
+        raise ValueError(f"{config_key('data.top_k')} must be -1 (no top-k) or an integer >= 1, got {top_k!r}")
 
 
 def _validate(
@@ -285,16 +293,18 @@ def _validate(
     _require_int("buffer_capacity", buffer_capacity, 1)
     if group_size * groups_per_batch > buffer_capacity:
         raise ValueError(
-            f"data.buffer_capacity={buffer_capacity} is smaller than one batch "
-            f"(data.groups_per_batch * data.group_size = {groups_per_batch * group_size} episodes)"
+            f"{config_key('data.buffer_capacity')}={buffer_capacity} is smaller than one batch "
+            f"({config_key('data.groups_per_batch')} * {config_key('data.group_size')} = {groups_per_batch * group_size} episodes)"
         )
     if mode not in ("async", "sync"):
-        raise ValueError(f"data.mode must be 'async' or 'sync', got {mode!r}")
+        raise ValueError(f"{config_key('data.mode')} must be 'async' or 'sync', got {mode!r}")
     _require_int("weight_sync_every", weight_sync_every, 1)
     if mode == "sync" and weight_sync_every != 1:
-        raise ValueError("data.mode='sync' needs data.weight_sync_every=1 (each batch from the latest weights)")
+        raise ValueError(
+            f"{config_key('data.mode')}='sync' needs {config_key('data.weight_sync_every')}=1 (each batch from the latest weights)"
+        )
     if not temperature > 0:
-        raise ValueError(f"data.temperature must be > 0, got {temperature}")
+        raise ValueError(f"{config_key('data.temperature')} must be > 0, got {temperature}")
     levels = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
     if str(engine_log_level).upper() not in levels:
-        raise ValueError(f"data.engine_log_level must be one of {levels}, got {engine_log_level!r}")
+        raise ValueError(f"{config_key('data.engine_log_level')} must be one of {levels}, got {engine_log_level!r}")

@@ -17,8 +17,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_asyncrl.envs.base import Environment
-from lit_asyncrl.rollout.env_calls import call_blocking
+from lit_asyncrl.envs.base import Environment, call_blocking
 from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs

@@ -22,7 +22,7 @@ from lit_asyncrl.module import AsyncRLModule
         ({"temperature": 0.0}, "data.temperature"),
         ({"group_size": 0}, "data.group_size"),
         ({"kv_cache_gib": 0}, "data.kv_cache_gib"),
-        ({"weight_transfer": "nccl"}, "rollout.weight_transfer"),  # no CUDA on this machine
+        ({"weight_transfer": "nccl"}, "data.weight_transfer"),  # no CUDA on this machine
     ],
 )
 def test_datamodule_rejects_bad_config_before_the_engine(kwargs, key):
@@ -57,7 +57,7 @@ def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_
         assert data.rollouts.engine_config.weight_transfer == alone
         data.trainer = SimpleNamespace(world_size=2, global_rank=1)
         if under_ddp is None:
-            with pytest.raises(ValueError, match=r"rollout\.weight_transfer=ipc with 2 trainer processes"):
+            with pytest.raises(ValueError, match=r"data\.weight_transfer=ipc with 2 trainer processes"):
                 data.setup("fit")
         else:
             data.setup("fit")
@@ -97,24 +97,26 @@ MALFORMED = [
     (["loss=decoupled_ppo", "reference=snapshot", "loss.discrepancy_bounds=[0.5,0.9]"], "discrepancy_bounds"),
     (["loss=decoupled_ppo", "reference=ewma", "reference.beta=1.5"], "reference.beta"),
     (["loss=decoupled_ppo", "reference=ewma", "reference.beta=0"], "reference.beta"),
-    (["rollout.max_version_gap=-1"], "data.max_version_gap"),
-    (["rollout.max_version_gap=1.5"], "data.max_version_gap"),
-    (["rollout.group_size=0"], "data.group_size"),
-    (["rollout.group_size=2.5"], "data.group_size"),
-    (["rollout.groups_per_batch=0"], "data.groups_per_batch"),
-    (["rollout.buffer_capacity=4"], "data.buffer_capacity"),
-    (["rollout.max_concurrent_groups=0"], "data.max_concurrent_groups"),
-    (["rollout.temperature=-1"], "data.temperature"),
-    (["rollout.dtype=float8"], "data.dtype"),
-    (["rollout.max_model_len=2"], "data.max_model_len"),  # the first prompt alone fills it
-    (["rollout.max_model_len=1.5"], "data.max_model_len"),
-    (["rollout.mode=semi"], "data.mode"),
-    (["rollout.mode=sync", "rollout.weight_sync_every=2"], "data.weight_sync_every"),
-    (["rollout.weight_sync_every=0"], "data.weight_sync_every"),
-    (["rollout.engine_log_level=LOUD"], "data.engine_log_level"),
-    (["rollout.eval_k=0"], "data.eval_k"),
-    (["rollout.eval_k=9"], "data.eval_samples"),  # pass@9 from 8 samples
-    (["rollout.eval_instances=0"], "data.eval_instances"),
+    (["rollout.max_version_gap=-1"], "rollout.max_version_gap"),
+    (["rollout.max_version_gap=1.5"], "rollout.max_version_gap"),
+    (["rollout.group_size=0"], "rollout.group_size"),
+    (["rollout.group_size=2.5"], "rollout.group_size"),
+    (["rollout.groups_per_batch=0"], "rollout.groups_per_batch"),
+    (["rollout.buffer_capacity=4"], "rollout.buffer_capacity"),
+    (["rollout.max_concurrent_groups=0"], "rollout.max_concurrent_groups"),
+    (["rollout.temperature=-1"], "rollout.temperature"),
+    (["rollout.dtype=float8"], "rollout.dtype"),
+    (["rollout.max_model_len=2"], "rollout.max_model_len"),  # the first prompt alone fills it
+    (["rollout.max_model_len=1.5"], "rollout.max_model_len"),
+    (["rollout.mode=semi"], "rollout.mode"),
+    (["rollout.mode=sync", "rollout.weight_sync_every=2"], "rollout.weight_sync_every"),
+    (["rollout.weight_sync_every=0"], "rollout.weight_sync_every"),
+    (["rollout.engine_log_level=LOUD"], "rollout.engine_log_level"),
+    (["rollout.eval_k=0"], "rollout.eval_k"),
+    (["rollout.eval_k=9"], "rollout.eval_samples"),  # pass@9 from 8 samples
+    (["rollout.eval_instances=0"], "rollout.eval_instances"),
+    (["env=service_desk", "rollout.max_model_len=8"], "rollout.max_model_len"),  # the desk's first prompt fills it
+    (["rollout.kv_cache_fraction=2"], "rollout.kv_cache_fraction"),
     (["model.path=/nonexistent/model"], "model.path"),
     (["model.lr=-1"], "model.lr"),
     (["model.entropy_coef=-0.1"], "model.entropy_coef"),
@@ -159,6 +161,8 @@ def test_malformed_configuration_is_refused_before_anything_starts(overrides, fr
         build(cfg)
     message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
     assert fragment in message
+    # A Hydra user set `rollout.<key>`: the message names that, never the DataModule's `data.<key>`.
+    assert not fragment.startswith("rollout.") or "data." + fragment.removeprefix("rollout.") not in message
     assert time.monotonic() - start < 10
     assert not [thread for thread in threading.enumerate() if thread.name == "vllm-engine"]
 
@@ -179,3 +183,23 @@ def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built
 
     with pytest.raises(ValueError, match="stage=validate evaluates a checkpoint: set ckpt_path"):
         build(compose_train(["stage=validate", f"hydra.run.dir={tmp_path}"]))
+
+
+@pytest.mark.parametrize(
+    ("argument", "fragment"),
+    [("--data.max_version_gap=-1", "data.max_version_gap"), ("--data.kv_cache_fraction=2", "data.kv_cache_fraction")],
+)
+def test_the_lightning_cli_names_its_own_paths(argument, fragment, tmp_path):
+    # The same checks as the Hydra entry's, named by the path a CLI user passes.
+    from lit_asyncrl.cli import AsyncRLCLI
+    from lit_asyncrl.config_dir import config_dir
+    from lit_asyncrl.datamodule import RolloutDataModule
+    from lit_asyncrl.module import AsyncRLModule
+
+    config = f"{config_dir()}/cli/default.yaml"
+    with pytest.raises(ValueError) as raised:
+        AsyncRLCLI(
+            AsyncRLModule, RolloutDataModule, run=False, args=["--config", config, argument, "--trainer.default_root_dir", str(tmp_path)]
+        )
+    message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
+    assert fragment in message and "rollout." + fragment.removeprefix("data.") not in message

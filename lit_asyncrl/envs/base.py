@@ -18,10 +18,14 @@ truncated and is counted).
 from __future__ import annotations
 
 import abc
+import asyncio
 import hashlib
+import inspect
 import random
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple, Protocol
+
+from lit_asyncrl.envs.resources import EngineMaker
 
 
 class Transition(NamedTuple):
@@ -113,9 +117,10 @@ class Environment(abc.ABC):
         `observation_role`; a task that relays both a user and tools tells them apart here)."""
         return self.observation_role
 
-    def start(self) -> None:
-        """Make what the task's episodes share for a run (e.g. a simulated user's engine); no-op by
-        default. The rollout service calls it before the first episode and `close` on every way out."""
+    def start(self, make_engine: EngineMaker | None = None) -> None:
+        """Make what the task's episodes share for a run (e.g. a simulated user's engine, started with
+        `make_engine`); no-op by default. The rollout service calls it before the first episode,
+        with its own `make_engine`, and `close` on every way out."""
         return None
 
     def close(self) -> None:
@@ -176,3 +181,9 @@ class Environment(abc.ABC):
     def demonstration(self, instance: Any) -> list[tuple[str, str]]:
         """A scripted good play as (agent action, environment observation) pairs, for warm starts."""
         raise NotImplementedError(f"{type(self).__name__} has no scripted demonstrations; set warm_start_steps=0")
+
+
+def call_blocking(method: Callable[..., Any], *args: Any) -> Any:
+    """Run an environment method to completion outside any event loop (warm start, tests)."""
+    result = method(*args)
+    return asyncio.run(result) if inspect.iscoroutine(result) else result

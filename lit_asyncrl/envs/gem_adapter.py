@@ -54,14 +54,13 @@ draws from them: concurrent episodes play exactly as they would alone.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import random
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.gem_solvers import SOLVERS
 from lit_asyncrl.envs.global_rng import GlobalRandomState, preserved_global_random
 
 #: Every gem game's win message starts with this (checked against the gem-llm 0.1.0 sources).
@@ -309,7 +308,7 @@ class GemEnv(Environment):
 
         The pairs are what the env answered to the scripted actions (played on a fresh episode).
         """
-        solver = _SOLVERS.get(self._game_class)
+        solver = SOLVERS.get(self._game_class)
         if solver is None:
             raise NotImplementedError(f"GemEnv has no scripted demonstration for {self.env_id}; set warm_start_steps=0")
         episode = self.new_episode(instance)
@@ -331,43 +330,3 @@ class GemEnv(Environment):
             if result.done:
                 break
         return turns
-
-
-def _mastermind_solver(game: Any):
-    """Guesses the first code consistent with every answer so far (parses gem's peg counts)."""
-    digits = range(1, game.num_numbers + 1)
-    if game.duplicate_numbers:
-        candidates = list(itertools.product(digits, repeat=game.code_length))
-    else:
-        candidates = list(itertools.permutations(digits, game.code_length))
-    while True:
-        guess = candidates[0]
-        feedback = yield " ".join(map(str, guess))
-        match = re.search(r"receives (\d+) black peg\(s\) and (\d+) white peg\(s\)", feedback or "")
-        if match is None:
-            return
-        pegs = (int(match.group(1)), int(match.group(2)))
-        candidates = [code for code in candidates if _pegs(guess, code) == pegs]
-
-
-def _pegs(guess: tuple[int, ...], code: tuple[int, ...]) -> tuple[int, int]:
-    black = sum(g == c for g, c in zip(guess, code))
-    common = sum(min(guess.count(d), code.count(d)) for d in set(guess))
-    return black, common - black
-
-
-def _guess_the_number_solver(game: Any):
-    """Bisection on gem's `higher` / `lower` hints."""
-    low, high = game.min_number, game.max_number
-    while low <= high:
-        guess = (low + high) // 2
-        feedback = yield str(guess)
-        if "is higher than" in (feedback or ""):
-            low = guess + 1
-        elif "is lower than" in (feedback or ""):
-            high = guess - 1
-        else:
-            return
-
-
-_SOLVERS: dict[str, Callable[[Any], Any]] = {"MastermindEnv": _mastermind_solver, "GuessTheNumberEnv": _guess_the_number_solver}

@@ -1,8 +1,8 @@
 """A simulated user played by a frozen language model on a vLLM engine of its own.
 
 tau2-bench's customers are a hosted model told the customer's goal; here the user model is any
-local model folder (or `smollm2_135m`, which works offline) served by a second `VLLMEngine` that
-the rollout service starts with the run and stops on every way out. Its weights never change: no
+local model folder (or `smollm2_135m`, which works offline) served by an engine of its own, which
+the rollout service's `make_engine` starts with the run (`envs/resources.py`) and `close` stops. Its weights never change: no
 version is ever pushed to it, and nothing it writes is trained on (the user's answers are
 environment text in the agent's context).
 
@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from lit_asyncrl.envs.resources import EngineMaker, FrozenModel
 from lit_asyncrl.envs.users import Message, SimulatedUser, UserGoal
 
 #: Dtypes the user engine may run in.
@@ -68,29 +69,23 @@ class LLMUser(SimulatedUser):
         self._tokenizer: Any = None
         self._stop_ids: list[int] = []
 
-    def start(self) -> None:
+    def start(self, make_engine: EngineMaker | None = None) -> None:
         from transformers import AutoTokenizer
 
         from lit_asyncrl.models.resolve import resolve_model_path
-        from lit_asyncrl.rollout.engine import VLLMEngine
-        from lit_asyncrl.rollout.engine_config import EngineConfig
 
         if self._engine is not None:
             return
+        if make_engine is None:
+            raise ValueError(
+                "LLMUser.start needs make_engine (the rollout service passes one): the user's model runs on an engine of its own"
+            )
         path = str(resolve_model_path(self.model))
         self._tokenizer = AutoTokenizer.from_pretrained(path)
         newline = self._tokenizer.encode("\n", add_special_tokens=False)
         self._stop_ids = list(dict.fromkeys([self._tokenizer.eos_token_id, *(newline if len(newline) == 1 else [])]))
-        config = EngineConfig(
-            dtype=self.dtype, max_model_len=self.max_model_len, kv_cache_bytes=int(self.kv_cache_gib * 2**30), seed=self.seed
-        )
-        engine = VLLMEngine(path, config)
-        try:
-            engine.start()
-        except BaseException:
-            engine.shutdown()
-            raise
-        self._engine = engine
+        frozen = FrozenModel(path, self.dtype, self.max_model_len, int(self.kv_cache_gib * 2**30), self.seed)
+        self._engine = make_engine(frozen)
 
     def close(self) -> None:
         engine, self._engine = self._engine, None
@@ -99,7 +94,7 @@ class LLMUser(SimulatedUser):
 
     @property
     def engine(self) -> Any:
-        """The user's `VLLMEngine` (None before `start` and after `close`)."""
+        """The user's engine (None before `start` and after `close`)."""
         return self._engine
 
     async def reply(self, goal: UserGoal, conversation: Sequence[Message]) -> str:

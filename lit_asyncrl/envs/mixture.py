@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from lit_asyncrl.envs.base import Environment, TaskInstance, TextEnv
+from lit_asyncrl.envs.resources import EngineMaker
 
 #: Task names become metric keys (`val/<name>/avg@4`): lower-case words only.
 _TASK_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -97,11 +98,11 @@ class TaskMix(Environment):
     def demonstration(self, instance: MixInstance) -> list[tuple[str, str]]:
         return self._tasks[instance.task].demonstration(instance.instance)
 
-    def start(self) -> None:
+    def start(self, make_engine: EngineMaker | None = None) -> None:
         started = []
         try:
             for task in self._tasks.values():
-                task.start()
+                task.start(make_engine)
                 started.append(task)
         except BaseException:
             for task in reversed(started):

@@ -33,218 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import re
-import string
 
-from lit_asyncrl.envs.base import Environment, Transition
-from lit_asyncrl.envs.users import CooperativeUser, Message, SimulatedUser
-from lit_asyncrl.rollout.env_calls import call_blocking
-
-#: Statuses an order starts with; `refunded` only ever results from the agent's refund.
-STATUSES = ("placed", "shipped", "delivered", "cancelled")
-#: Words `reply` accepts: the outcome of a refund or cancel request, or the answer to `where`.
-REPLY_WORDS = ("done", "no", *STATUSES, "refunded")
-ITEMS = ("mug", "hat", "pen", "cup", "bag", "toy", "box", "map")
-REQUEST_KINDS = ("refund", "cancel", "where")
-WRITE_TOOLS = {"refund": "refunded", "cancel": "cancelled"}  # tool -> the status it sets
-ERROR = "err\n"
-#: Share of the refused refund requests whose order was delivered too long ago (the number rule);
-#: the rest are orders that are not delivered at all (the status rule).
-TOO_OLD_SHARE = 0.8
-
-_CALL = re.compile(r"(look|refund|cancel) ([1-9][0-9]*)\n|reply ([a-z]+)\n")
-_ASK = re.compile(r"ask ([^\n]+)\n")
-_REQUEST = re.compile(r"user: ([a-z]+) ([0-9]+)\n")
-#: A request that names the item, not the order (with a simulated user): the agent asks for the id.
-_VAGUE_REQUEST = re.compile(r"user: ([a-z]+) ([a-z]+)\n")
-_USER_ANSWER = re.compile(r"user: ([0-9]+)\n")
-#: Words in a question that ask for the order's id (the cooperative customer answers with it).
-ID_WORDS = ("id", "number", "order", "which")
-#: The longest user answer the desk passes on (a language model may ramble); the rest is cut.
-MAX_USER_ANSWER_CHARS = 80
-_RECORD = re.compile(r"([0-9]+) [a-z]+ ([a-z]+) ([0-9]+)d\n")
-
-
-@dataclasses.dataclass(frozen=True)
-class Order:
-    order_id: int
-    item: str
-    status: str
-    days: int  # since delivery for a delivered order, since the order otherwise
-
-    def record(self, status: str | None = None) -> str:
-        """What `look` shows, with the episode's current `status` when given."""
-        return f"{self.order_id} {self.item} {status or self.status} {self.days}d\n"
-
-
-@dataclasses.dataclass(frozen=True)
-class DeskInstance:
-    """A customer's orders (sorted by id) and their request about one of them."""
-
-    orders: tuple[Order, ...]
-    request: str  # one of REQUEST_KINDS
-    order_id: int
-
-    def order(self, order_id: int) -> Order:
-        return next(order for order in self.orders if order.order_id == order_id)
-
-
-@dataclasses.dataclass(frozen=True)
-class CustomerGoal:
-    """What the customer of a desk conversation wants and knows (a `UserGoal`)."""
-
-    request: str  # one of REQUEST_KINDS
-    item: str
-    order_id: int
-
-    @property
-    def instructions(self) -> str:
-        want = f"to know where your {self.item} is" if self.request == "where" else f"to {self.request} your {self.item}"
-        return (
-            f"You are a customer writing to an online shop's service desk. You want {want}; its order number "
-            f"is {self.order_id}. Answer the agent's question in a few words, and give the order number when asked."
-        )
-
-    def answer(self, question: str) -> str:
-        asks_for_id = any(word in re.findall(r"[a-z]+", question.lower()) for word in ID_WORDS)
-        return str(self.order_id) if asks_for_id else f"{self.request} {self.item}"
-
-
-@dataclasses.dataclass(frozen=True)
-class DeskDifficulty:
-    num_orders: int  # orders in the customer's database
-    requests: tuple[str, ...]  # request kinds drawn (uniformly)
-    edge_days: int | None  # delivered orders lie within this many days of the window's edge; None = anywhere in 1..2*window
-
-
-DIFFICULTIES = {
-    "easy": DeskDifficulty(num_orders=1, requests=("refund",), edge_days=None),
-    "medium": DeskDifficulty(num_orders=2, requests=("refund", "cancel"), edge_days=None),
-    "hard": DeskDifficulty(num_orders=4, requests=REQUEST_KINDS, edge_days=5),
-}
-
-
-def decide(request: str, status: str, days: int, refund_window_days: int) -> tuple[str | None, str]:
-    """The desk's policy: the write tool to call (None = change nothing) and the reply word."""
-    if request == "where":
-        return None, status
-    if request == "refund" and status == "delivered" and days <= refund_window_days:
-        return "refund", "done"
-    if request == "cancel" and status == "placed":
-        return "cancel", "done"
-    return None, "no"
-
-
-class ServiceDeskEpisode:
-    """One conversation; it owns its copy of the database's statuses (the only mutable part)."""
-
-    def __init__(self, instance: DeskInstance, refund_window_days: int, max_turns: int, malformed_reward: float) -> None:
-        self.instance = instance
-        self.max_turns = max_turns
-        self.malformed_reward = malformed_reward
-        self.statuses = {order.order_id: order.status for order in instance.orders}
-        self.turns = 0
-        requested = instance.order(instance.order_id)
-        write, self.goal_reply = decide(instance.request, requested.status, requested.days, refund_window_days)
-        self.goal_statuses = dict(self.statuses)
-        if write is not None:
-            self.goal_statuses[instance.order_id] = WRITE_TOOLS[write]
-
-    def reset(self, seed: int | None = None) -> str:
-        return f"user: {self.instance.request} {self.instance.order_id}\n"
-
-    def step(self, action: str) -> Transition:
-        self.turns += 1
-        call = _CALL.fullmatch(action)
-        if call is None:
-            return self._continue(ERROR, self.malformed_reward, {"malformed": True})
-        tool, order_id, word = call.group(1), call.group(2), call.group(3)
-        if word is not None:
-            if word not in REPLY_WORDS:
-                return self._continue(ERROR, self.malformed_reward, {"malformed": True})
-            success = word == self.goal_reply and self.statuses == self.goal_statuses
-            return Transition("", float(success), terminated=True, truncated=False, info={"success": success})
-        order_id = int(order_id)
-        if order_id not in self.statuses:
-            return self._continue(ERROR, self.malformed_reward, {"malformed": True})
-        if tool == "look":
-            return self._continue(self.instance.order(order_id).record(self.statuses[order_id]), 0.0)
-        self.statuses[order_id] = WRITE_TOOLS[tool]
-        return self._continue("ok\n", 0.0)
-
-    def _continue(self, observation: str, reward: float, info: dict | None = None) -> Transition:
-        # Out of turns without a reply: cut short, and never a success.
-        return Transition(observation, reward, terminated=False, truncated=self.turns >= self.max_turns, info=info or {})
-
-
-class DeskConversation(ServiceDeskEpisode):
-    """A desk episode with a simulated user: the request names the item, and `ask` talks to the user.
-
-    `step` is a coroutine (the user may be a model on another engine); the tools answer as in
-    `ServiceDeskEpisode`. The user's answer comes back as one line, `user: <answer>`, cut to
-    `MAX_USER_ANSWER_CHARS` printable ASCII characters (what every policy's tokenizer encodes).
-    """
-
-    def __init__(
-        self, instance: DeskInstance, user: SimulatedUser, refund_window_days: int, max_turns: int, malformed_reward: float
-    ) -> None:
-        super().__init__(instance, refund_window_days, max_turns, malformed_reward)
-        self.user = user
-        self.goal = CustomerGoal(instance.request, instance.order(instance.order_id).item, instance.order_id)
-        self.conversation: list[Message] = []
-
-    def reset(self, seed: int | None = None) -> str:
-        opening = f"{self.goal.request} {self.goal.item}"
-        self.conversation = [Message("user", opening)]
-        return f"user: {opening}\n"
-
-    async def step(self, action: str) -> Transition:
-        question = _ASK.fullmatch(action)
-        if question is None:
-            return super().step(action)
-        self.turns += 1
-        self.conversation.append(Message("agent", question.group(1)))
-        answer = one_line(await self.user.reply(self.goal, list(self.conversation)))
-        self.conversation.append(Message("user", answer))
-        return self._continue(f"user: {answer}\n", 0.0)
-
-
-def one_line(text: str) -> str:
-    """`text` as the desk relays a user's answer: its first line, printable ASCII only, at most `MAX_USER_ANSWER_CHARS`."""
-    printable = "".join(char if char in string.printable and char not in "\t\r\x0b\x0c" else " " for char in text)
-    line = printable.strip().split("\n", 1)[0].strip()
-    return line[:MAX_USER_ANSWER_CHARS] or "..."
-
-
-class ScriptedAgent:
-    """Plays the desk from what it is shown (the request and the tool answers), never the instance.
-
-    Asks for the order id when the request names only the item, looks the order up, then applies
-    `decide` to the record: the write tool and `reply done`, or the reply at once. One agent per
-    episode; `act` takes the previous observation (first the prompt).
-    """
-
-    def __init__(self, refund_window_days: int) -> None:
-        self.refund_window_days = refund_window_days
-        self.request: str | None = None
-        self.pending_reply: str | None = None
-
-    def act(self, observation: str) -> str:
-        if (request := _REQUEST.fullmatch(observation)) is not None:
-            self.request = request.group(1)
-            return f"look {request.group(2)}\n"
-        if (request := _VAGUE_REQUEST.fullmatch(observation)) is not None:
-            self.request = request.group(1)
-            return "ask id\n"
-        if (answer := _USER_ANSWER.fullmatch(observation)) is not None and self.request is not None:
-            return f"look {answer.group(1)}\n"
-        if (record := _RECORD.fullmatch(observation)) is not None and self.request is not None:
-            order_id, status, days = record.group(1), record.group(2), int(record.group(3))
-            write, self.pending_reply = decide(self.request, status, days, self.refund_window_days)
-            return f"{write} {order_id}\n" if write else f"reply {self.pending_reply}\n"
-        if observation == "ok\n" and self.pending_reply is not None:
-            return f"reply {self.pending_reply}\n"
-        raise ValueError(f"ScriptedAgent cannot answer the observation {observation!r}")
+from lit_asyncrl.envs.base import Environment, call_blocking
+from lit_asyncrl.envs.resources import EngineMaker
+from lit_asyncrl.envs.service_desk_agent import ScriptedAgent
+from lit_asyncrl.envs.service_desk_episode import DeskConversation, ServiceDeskEpisode
+from lit_asyncrl.envs.service_desk_orders import DIFFICULTIES, ITEMS, REPLY_WORDS, STATUSES, TOO_OLD_SHARE, DeskInstance, Order
+from lit_asyncrl.envs.users import CooperativeUser, SimulatedUser
 
 
 class ServiceDeskEnv(Environment):
@@ -342,9 +137,9 @@ class ServiceDeskEnv(Environment):
         # With a user, the desk relays two speakers: the user's answers and the tools' results.
         return "user" if self.user is not None and observation.startswith("user: ") else self.observation_role
 
-    def start(self) -> None:
+    def start(self, make_engine: EngineMaker | None = None) -> None:
         if self.user is not None:
-            self.user.start()
+            self.user.start(make_engine)
 
     def close(self) -> None:
         if self.user is not None:

@@ -21,6 +21,8 @@ import abc
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+from lit_asyncrl.envs.resources import EngineMaker
+
 
 class Message(NamedTuple):
     """One message between the agent and the user."""
@@ -47,8 +49,8 @@ class SimulatedUser(abc.ABC):
     resource, like `LLMUser`'s engine, makes it in `start` and frees it in `close`.
     """
 
-    def start(self) -> None:
-        """Make what the user needs before the first episode (no-op by default)."""
+    def start(self, make_engine: EngineMaker | None = None) -> None:
+        """Make what the user needs before the first episode, an engine with `make_engine` (no-op by default)."""
         return None
 
     def close(self) -> None:

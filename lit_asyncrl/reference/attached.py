@@ -7,6 +7,7 @@ import torch
 from asyncrl_callbacks import InterruptionSync
 from typing_extensions import override
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.trainer_callbacks.find import rollouts_of
 
@@ -45,7 +46,7 @@ class _RequireSyncEveryStep(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         rollouts = rollouts_of(trainer, "reference=interrupt_sync")
         if rollouts.weight_sync_every != 1:
-            raise ValueError(f"reference=interrupt_sync needs data.weight_sync_every=1, got {rollouts.weight_sync_every}")
+            raise ValueError(f"reference=interrupt_sync needs {config_key('data.weight_sync_every')}=1, got {rollouts.weight_sync_every}")
         self.interruption.rollouts = rollouts
 
 

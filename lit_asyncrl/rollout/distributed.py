@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.service import RolloutService, ScoreFn
 
@@ -24,7 +25,7 @@ def check_batch_splits(groups_per_batch: int, world_size: int) -> None:
     """Every rank trains on the same number of whole groups: refuse a global batch that does not split."""
     if world_size > 1 and groups_per_batch % world_size != 0:
         raise ValueError(
-            f"data.groups_per_batch={groups_per_batch} (rollout.groups_per_batch) is the global batch and must split into "
+            f"{config_key('data.groups_per_batch')}={groups_per_batch} is the global batch and must split into "
             f"whole groups over the {world_size} training processes (trainer.devices x trainer.num_nodes): "
             f"use a multiple of {world_size}"
         )

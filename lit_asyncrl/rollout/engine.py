@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import torch
 from safetensors.torch import save_file
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, weight_sender
 from lit_asyncrl.rollout.engine_protocol import TurnOutput, run_watched
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
@@ -161,7 +162,7 @@ class VLLMEngine:
         if stalled_s > self.config.stall_timeout_s:
             return (
                 f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
-                f"(stall timeout {self.config.stall_timeout_s:g} s, data.engine_stall_timeout_s)"
+                f"(stall timeout {self.config.stall_timeout_s:g} s, {config_key('data.engine_stall_timeout_s')})"
             )
         return None
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
 from lit_asyncrl.rollout.temp_dirs import engine_environment
 from lit_asyncrl.rollout.weight_transfer import WeightSender
@@ -60,11 +61,11 @@ def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
     sizes = {"tensor_parallel_size": config.tensor_parallel_size, "data_parallel_size": config.data_parallel_size}
     for key, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"rollout.{key} must be an integer >= 1, got {size!r}")
+            raise ValueError(f"{config_key('data.' + key)} must be an integer >= 1, got {size!r}")
     if device_type == "cpu" and (config.tensor_parallel_size, config.data_parallel_size) != (1, 1):
         raise ValueError(
-            f"rollout.tensor_parallel_size={config.tensor_parallel_size} and rollout.data_parallel_size={config.data_parallel_size}: "
-            "vLLM's parallelism inside an engine needs GPUs; on CPU use rollout.num_engines for more engines"
+            f"{config_key('data.tensor_parallel_size')}={config.tensor_parallel_size} and {config_key('data.data_parallel_size')}={config.data_parallel_size}: "
+            f"vLLM's parallelism inside an engine needs GPUs; on CPU use {config_key('data.num_engines')} for more engines"
         )
     return sizes
 

@@ -1,6 +1,6 @@
 """The contract between the rollout side and an engine: what the producer, the episode runner and the
 rollout service may ask of any engine, in this process (`engine.VLLMEngine`) or a Ray actor
-(`ray_placement.RayEngine`).
+(`ray_engine.RayEngine`).
 
 Two threads talk to an engine. The trainer thread calls the lifecycle, weight and pause methods;
 episodes run as asyncio tasks on the engine's `loop` and await `generate` there. `run` is how the
@@ -18,6 +18,8 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
+
+from lit_asyncrl.config_keys import config_key
 
 T = TypeVar("T")
 
@@ -114,7 +116,7 @@ def run_watched(
                 future.cancel()
                 if stalled:
                     raise EngineDeadError(
-                        f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s (data.engine_stall_timeout_s)"
+                        f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s ({config_key('data.engine_stall_timeout_s')})"
                     ) from None
                 raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
             error = None

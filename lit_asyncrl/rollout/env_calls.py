@@ -36,9 +36,3 @@ class EnvCaller:
     def close(self) -> None:
         """Drop queued calls; calls already running finish on their threads (Python cannot stop them)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def call_blocking(method: Callable[..., Any], *args: Any) -> Any:
-    """Run an environment method to completion outside any event loop (warm start, tests)."""
-    result = method(*args)
-    return asyncio.run(result) if inspect.iscoroutine(result) else result

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import itertools
-import random
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -14,20 +11,23 @@ from typing import Any, Literal
 
 import torch
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel, ProcessWorker
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig
 from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
-from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
-from lit_asyncrl.rollout.episode import play_instance
-from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
+from lit_asyncrl.rollout.episode_format import episode_formats_for
+from lit_asyncrl.rollout.frozen_engines import start_frozen_engine
+from lit_asyncrl.rollout.held_out import HeldOutEvaluator
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
+from lit_asyncrl.rollout.rollout_stats import rollout_stats
 from lit_asyncrl.rollout.routing import LeastLoadedRouter
 from lit_asyncrl.rollout.service import RolloutServiceError, ScoreFn
+from lit_asyncrl.rollout.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
 from lit_asyncrl.text import pad_token_id
 
 
@@ -62,7 +62,7 @@ class VLLMRolloutService:
             the latest published weights and version before the run stops; 0 = stop at once.
         num_engines: vLLM engines generating side by side (each a process with its own weights).
         engine_factory: makes each engine from the model folder and `engine_config`: `VLLMEngine`
-            (in this process) or a `RayEngine` partial (in a Ray actor, `lit_asyncrl.rollout.ray_placement`).
+            (in this process) or a `RayEngine` partial (in a Ray actor, `lit_asyncrl.rollout.ray_engine`).
         old_logit_worker_factory: starts the dedicated old-logit worker from the model folder and a
             thread count: `ProcessWorker` (a process here) or a `RayWorker` partial (a Ray actor).
     """
@@ -94,7 +94,7 @@ class VLLMRolloutService:
         from transformers import AutoTokenizer
 
         if isinstance(num_engines, bool) or not isinstance(num_engines, int) or num_engines < 1:
-            raise ValueError(f"rollout.num_engines must be an integer >= 1, got {num_engines!r}")
+            raise ValueError(f"{config_key('data.num_engines')} must be an integer >= 1, got {num_engines!r}")
         self.model_path, self.env = str(model_path), env
         self.group_size, self.groups_per_batch = group_size, groups_per_batch
         self.max_version_gap, self.weight_sync_every = max_version_gap, weight_sync_every
@@ -114,10 +114,11 @@ class VLLMRolloutService:
         #: A mixture's task names (batches say which task played each row); () for a single task.
         self.task_names = tuple(name for name in env.tasks() if name is not None)
         self.pad_id = pad_token_id(self.tokenizer)
-        _check_tokenizer_fits_model(self.model_path, self.tokenizer)
+        check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
-            _check_context_holds_a_turn(task, self.episode_formats[name], engine_config.max_model_len, seed)
+            check_context_holds_a_turn(task, self.episode_formats[name], engine_config.max_model_len, seed)
         self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
+        self.evaluator = HeldOutEvaluator(env, self.episode_formats, temperature, top_k, engine_config.max_model_len, self.task_names)
         #: One engine and one producer per lane (None before `start` and after `close`).
         self.engines: list[Engine | None] = [None] * num_engines
         self.producers: list[RolloutProducer | None] = [None] * num_engines
@@ -143,7 +144,7 @@ class VLLMRolloutService:
             raise RuntimeError("use_old_logit_worker() must be called before start()")
         if self.num_engines != 1:
             # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
-            raise ValueError(f"reference=dedicated runs with rollout.num_engines=1, got {self.num_engines}")
+            raise ValueError(f"reference=dedicated runs with {config_key('data.num_engines')}=1, got {self.num_engines}")
         self._use_dedicated = True
 
     def launch_early(self) -> None:
@@ -169,7 +170,7 @@ class VLLMRolloutService:
             # Every engine launched before any is waited for: their starts overlap.
             self.launch_early()
             # The task's shared resources (a simulated user's engine) before its first episode.
-            self.env.start()
+            self.env.start(start_frozen_engine)
             for lane in range(self.num_engines):
                 self._launch(lane)
         except BaseException:
@@ -251,7 +252,7 @@ class VLLMRolloutService:
         self.engine_restarts += 1
         warnings.warn(
             f"the vLLM engine{self._engine_name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
-            f"(restart {self.engine_restarts} of data.engine_restarts={self.max_engine_restarts}; {lost} episodes in flight lost)",
+            f"(restart {self.engine_restarts} of {config_key('data.engine_restarts')}={self.max_engine_restarts}; {lost} episodes in flight lost)",
             stacklevel=2,
         )
         self.engines[lane] = None
@@ -298,7 +299,7 @@ class VLLMRolloutService:
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
-                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise data.batch_timeout_s "
+                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('data.batch_timeout_s')} "
                         f"if generation is this slow); rollout stats: {self.stats()}"
                     ) from None
         trajectories = [t for group in groups for t in group]
@@ -340,72 +341,7 @@ class VLLMRolloutService:
     def evaluate(self, instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
         engines = self._engines()
         self._raise_if_dead()
-        # Instances dealt round-robin over the engines, which play their shares at the same time.
-        shares = [list(range(lane, len(instances), len(engines))) for lane in range(len(engines))]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(engines), thread_name_prefix="held-out") as pool:
-            futures = [
-                pool.submit(self._evaluate_on, engine, [instances[i] for i in share], share, samples, timeout_s)
-                for engine, share in zip(engines, shares)
-            ]
-            rows: dict[int, list[Trajectory]] = {}
-            for share, future in zip(shares, futures):
-                rows.update(zip(share, future.result()))
-        ordered = [rows[index] for index in range(len(instances))]
-        played = {
-            "success": torch.tensor([[float(t.success) for t in row[:samples]] for row in ordered]),
-            "rewards": torch.tensor([[t.reward for t in row[:samples]] for row in ordered]),
-            "greedy_success": torch.tensor([float(row[samples].success) for row in ordered]),
-        }
-        if self.task_names:
-            played.update(task_columns([row[samples] for row in ordered], self.task_names))
-        return played
-
-    def _evaluate_on(
-        self, engine: Engine, instances: list[Any], indices: list[int], samples: int, timeout_s: float
-    ) -> list[list[Trajectory]]:
-        """`samples` sampled and one greedy episode of each instance on `engine`; one row per instance.
-
-        Episode seeds come from each instance's index in the whole held-out set, so the result does
-        not depend on how many engines share the evaluation.
-        """
-        # Its own thread pool: evaluation's synchronous tools never queue behind training episodes.
-        call_env = EnvCaller(max_workers=max(1, min(64, len(instances) * (samples + 1))))
-        sampled = {"temperature": self.temperature, "top_k": self.top_k}
-        greedy = {"temperature": 1.0, "top_k": 1}  # top-1 sampling is greedy decoding
-
-        async def play(instance: Any, seed: int, sampling: dict) -> Trajectory:
-            trajectory = Trajectory(group_id=-1)
-            max_context = self.engine_config.max_model_len
-            return await play_instance(
-                engine,
-                self.env,
-                self.episode_formats,
-                instance,
-                trajectory,
-                call_env=call_env,
-                seed=seed,
-                max_context=max_context,
-                **sampling,
-            )
-
-        async def play_all() -> list[Trajectory]:
-            plays = []
-            for index, instance in zip(indices, instances):
-                plays += [play(instance, index * (samples + 1) + j, sampled) for j in range(samples)]
-                plays.append(play(instance, index * (samples + 1) + samples, greedy))
-            return await asyncio.gather(*plays)
-
-        try:
-            played = engine.run(play_all(), timeout_s=timeout_s)
-        except TimeoutError:
-            raise TimeoutError(
-                f"held-out evaluation of {len(instances)} instances x {samples + 1} episodes took over {timeout_s} s (raise data.eval_timeout_s)"
-            ) from None
-        except EngineDeadError as error:
-            raise RolloutServiceError(str(error)) from error
-        finally:
-            call_env.close()
-        return [played[row * (samples + 1) : (row + 1) * (samples + 1)] for row in range(len(instances))]
+        return self.evaluator.evaluate(engines, instances, samples, timeout_s)
 
     # -- weights ----------------------------------------------------------------------------
     def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
@@ -488,55 +424,9 @@ class VLLMRolloutService:
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        producers = [producer for producer in self.producers if producer is not None]
-        stats = {f"rollout/{key}": float(value) for key, value in self.buffer.counts().items()}
-        stats["rollout/queue_depth"] = stats["rollout/pending"]
-        stats["rollout/in_flight_groups"] = float(sum(p.in_flight_groups for p in producers))
-        stats["rollout/tokens_per_s"] = float(sum(p.tokens_per_s for p in producers))
-        stats["rollout/engine_version"] = float(min((e.version for e in self.engines if e is not None), default=-1))
-        stats["rollout/timed_out_episodes"] = float(sum(p.timed_out_episodes for p in producers))
-        if producers:
-            stats["rollout/env_failures"] = float(sum(sum(p.env_failures.values()) for p in producers))
-            recent = [failed for p in producers for failed in p.recent_failures]
-            stats["rollout/env_failure_rate"] = sum(recent) / max(len(recent), 1)
-        stats["rollout/engine_restarts"] = float(self.engine_restarts)
-        if self.num_engines > 1:
-            for lane, producer in enumerate(self.producers):
-                stats[f"rollout/engine_{lane}/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
-                stats[f"rollout/engine_{lane}/groups_started"] = float(producer.groups_started if producer else 0)
-        if self.dedicated is not None:
-            producer = self.producers[0]
-            stats["dedicated/queue_depth"] = float(self.dedicated.queue_depth)
-            stats["dedicated/scored_tokens"] = float(self.dedicated.scored_tokens)
-            stats["dedicated/score_s"] = self.dedicated.score_seconds
-            stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
-        return stats
+        return rollout_stats(self.buffer, self.producers, self.engines, self.engine_restarts, self.dedicated)
 
 
 def _share(total: int, lane: int, lanes: int, minimum: int = 0) -> int:
     """Lane `lane`'s part of `total` dealt over `lanes` (the first lanes take the remainder)."""
     return max(minimum, total // lanes + (1 if lane < total % lanes else 0))
-
-
-def _check_tokenizer_fits_model(model_path: str, tokenizer: Any) -> None:
-    """A tokenizer with ids past the model's embedding table is another model's tokenizer."""
-    from transformers import AutoConfig
-
-    vocab_size = getattr(AutoConfig.from_pretrained(model_path), "vocab_size", None)
-    if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise ValueError(
-            f"model.path={model_path}: its tokenizer has {len(tokenizer)} tokens but the model's vocabulary only "
-            f"{vocab_size}; the folder mixes two models' files"
-        )
-
-
-def _check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, max_model_len: int, seed: int) -> None:
-    """Refuse a context too short for the first prompt and one token of answer (it would spin, not train)."""
-    opening = Trajectory(group_id=-1)
-    instance = env.sample_instance(random.Random(seed))
-    episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
-    if len(opening.token_ids) >= max_model_len:
-        raise ValueError(
-            f"data.max_model_len={max_model_len} leaves no room for the agent: the first prompt of {type(env).__name__} "
-            f"is already {len(opening.token_ids)} tokens"
-        )

@@ -9,10 +9,11 @@ import random
 import pytest
 
 from lit_asyncrl.envs import CooperativeUser, ServiceDeskEnv, SimulatedUser
-from lit_asyncrl.envs.service_desk import DIFFICULTIES, CustomerGoal, DeskInstance, Order, ScriptedAgent
+from lit_asyncrl.envs.base import call_blocking
+from lit_asyncrl.envs.service_desk_agent import ScriptedAgent
+from lit_asyncrl.envs.service_desk_orders import DIFFICULTIES, CustomerGoal, DeskInstance, Order
 from lit_asyncrl.envs.users import Message
 from lit_asyncrl.models.char_tokenizer import CHARACTERS
-from lit_asyncrl.rollout.env_calls import call_blocking
 
 
 class ScriptedUser(SimulatedUser):
@@ -20,9 +21,11 @@ class ScriptedUser(SimulatedUser):
 
     def __init__(self, answers: list[str]) -> None:
         self.answers, self.calls, self.started, self.closed = list(answers), [], 0, 0
+        self.engine_makers: list = []
 
-    def start(self) -> None:
+    def start(self, make_engine=None) -> None:
         self.started += 1
+        self.engine_makers.append(make_engine)
 
     def close(self) -> None:
         self.closed += 1
@@ -136,9 +139,10 @@ def test_answers_of_the_user_and_of_the_tools_have_their_own_roles():
 def test_the_environment_starts_and_closes_its_user():
     user = ScriptedUser([])
     env = ServiceDeskEnv(user=user)
-    env.start()
+    env.start(make_engine := object())
     env.close()
     assert (user.started, user.closed) == (1, 1)
+    assert user.engine_makers == [make_engine]  # the runner's engine maker reaches the user
     ServiceDeskEnv().start()  # no user: nothing to start
 
 

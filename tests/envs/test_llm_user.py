@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from lit_asyncrl.envs import LLMUser
 from lit_asyncrl.envs.llm_user import user_prompt_ids
-from lit_asyncrl.envs.service_desk import CustomerGoal
+from lit_asyncrl.envs.service_desk_orders import CustomerGoal
 from lit_asyncrl.envs.users import Message
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from tests.unit.test_episode_format import CHATML, chat_tokenizer
@@ -50,3 +51,27 @@ def test_a_reply_before_the_start_says_who_starts_the_user():
     with pytest.raises(RuntimeError, match="before LLMUser.start"):
         asyncio.run(LLMUser().reply(CustomerGoal("refund", "mug", 42), CONVERSATION))
     LLMUser().close()  # closing a user never started is a no-op
+
+
+def test_the_user_runs_on_the_engine_the_runner_makes_for_its_model_and_stops_it():
+    made, stopped = [], []
+
+    class Engine:
+        def shutdown(self):
+            stopped.append(True)
+
+    def make_engine(model):
+        made.append(model)
+        return Engine()
+
+    user = LLMUser(model="tiny", dtype="bfloat16", max_model_len=300, kv_cache_gib=0.5, seed=7)
+    with pytest.raises(ValueError, match="make_engine"):
+        user.start()  # envs start no engine themselves
+    user.start(make_engine)
+    user.start(make_engine)  # started once
+    (model,) = made
+    assert (model.dtype, model.max_model_len, model.kv_cache_bytes, model.seed) == ("bfloat16", 300, 2**29, 7)
+    assert (Path(model.path) / "config.json").is_file()  # `tiny` resolved to its model folder
+    user.close()
+    user.close()
+    assert stopped == [True] and user.engine is None

@@ -127,8 +127,9 @@ class Recorder(Environment):
     def new_episode(self, instance):
         raise NotImplementedError
 
-    def start(self) -> None:
+    def start(self, make_engine=None) -> None:
         self.log.append(("start", self.name))
+        self.make_engine = make_engine
         if self.fail == "start":
             raise RuntimeError(f"{self.name} start")
 
@@ -140,8 +141,10 @@ class Recorder(Environment):
 
 def test_start_and_close_reach_every_task_and_a_failure_still_closes_the_others():
     log: list = []
-    mix = TaskMix({"a": Recorder("a", log), "b": Recorder("b", log, fail="close"), "c": Recorder("c", log)})
-    mix.start()
+    tasks = {"a": Recorder("a", log), "b": Recorder("b", log, fail="close"), "c": Recorder("c", log)}
+    mix = TaskMix(tasks)
+    mix.start(make_engine := object())
+    assert [task.make_engine for task in tasks.values()] == [make_engine] * 3  # the runner's engine maker reaches every task
     with pytest.raises(RuntimeError, match="b close"):
         mix.close()
     assert log == [("start", "a"), ("start", "b"), ("start", "c"), ("close", "a"), ("close", "b"), ("close", "c")]

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lit_asyncrl.envs.service_desk import DIFFICULTIES, DeskInstance, Order, ScriptedAgent, ServiceDeskEnv
+from lit_asyncrl.envs.service_desk import ServiceDeskEnv
+from lit_asyncrl.envs.service_desk_agent import ScriptedAgent
+from lit_asyncrl.envs.service_desk_orders import DIFFICULTIES, DeskInstance, Order
 from lit_asyncrl.models.char_tokenizer import CHARACTERS
 
 CONFIG = Path(__file__).resolve().parents[2] / "conf" / "env" / "service_desk.yaml"

@@ -266,7 +266,8 @@ def test_the_ray_engine_keeps_the_engine_protocol(tiny_model_path):
     from transformers import AutoModelForCausalLM
 
     from lit_asyncrl.rollout.engine_config import EngineConfig
-    from lit_asyncrl.rollout.ray_placement import RayEngine, RayPlacement
+    from lit_asyncrl.rollout.ray_engine import RayEngine
+    from lit_asyncrl.rollout.ray_placement import RayPlacement
     from tests.integration.conftest import SMALL_KV_CACHE_BYTES
     from tests.integration.engine_contract import check_engine_contract
 

@@ -17,16 +17,18 @@ def test_parallelism_passes_through_on_gpus():
 
 
 def test_parallelism_inside_an_engine_is_refused_on_cpu_naming_the_keys():
-    with pytest.raises(ValueError, match=r"rollout.tensor_parallel_size=2 .* needs GPUs; on CPU use rollout.num_engines"):
+    with pytest.raises(ValueError, match=r"data.tensor_parallel_size=2 .* needs GPUs; on CPU use data.num_engines"):
         parallelism_args(EngineConfig(tensor_parallel_size=2), "cpu")
-    with pytest.raises(ValueError, match=r"rollout.data_parallel_size must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"data.data_parallel_size must be an integer >= 1, got 0"):
         parallelism_args(EngineConfig(data_parallel_size=0), "cuda")
 
 
 def test_placement_selects_where_engines_and_the_old_logit_worker_run():
     assert _placement("local", None, 1.0, 0.0) == {"engine_factory": VLLMEngine, "old_logit_worker_factory": ProcessWorker}
     pytest.importorskip("ray")
-    from lit_asyncrl.rollout.ray_placement import RayEngine, RayPlacement, RayWorker
+    from lit_asyncrl.rollout.ray_engine import RayEngine
+    from lit_asyncrl.rollout.ray_placement import RayPlacement
+    from lit_asyncrl.rollout.ray_worker import RayWorker
 
     chosen = _placement("ray", "auto", 0.5, 1.0)
     expected = {"placement": RayPlacement(address="auto", num_cpus=0.5, num_gpus=1.0)}

@@ -13,8 +13,9 @@ import time
 import pytest
 
 from lit_asyncrl.envs import Environment, GuessNumberEnv, Transition
+from lit_asyncrl.envs.base import call_blocking
 from lit_asyncrl.rollout.engine_protocol import TurnOutput
-from lit_asyncrl.rollout.env_calls import EnvCaller, call_blocking
+from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.episode_format import PlainFormat
 from lit_asyncrl.rollout.records import Trajectory

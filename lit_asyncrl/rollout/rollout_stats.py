@@ -1,0 +1,44 @@
+"""The rollout statistics a service reports each step (`rollout/*`, `dedicated/*`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.engine_protocol import Engine
+from lit_asyncrl.rollout.producer import RolloutProducer
+
+
+def rollout_stats(
+    buffer: RolloutBuffer,
+    lane_producers: Sequence[RolloutProducer | None],
+    engines: Sequence[Engine | None],
+    engine_restarts: int,
+    dedicated: DedicatedOldLogitModel | None,
+) -> dict[str, float]:
+    """Counts from the buffer, throughput and failures from the producers (one per engine lane, None
+    for a lane without one; per-lane figures with several lanes)."""
+    producers = [producer for producer in lane_producers if producer is not None]
+    stats = {f"rollout/{key}": float(value) for key, value in buffer.counts().items()}
+    stats["rollout/queue_depth"] = stats["rollout/pending"]
+    stats["rollout/in_flight_groups"] = float(sum(p.in_flight_groups for p in producers))
+    stats["rollout/tokens_per_s"] = float(sum(p.tokens_per_s for p in producers))
+    stats["rollout/engine_version"] = float(min((e.version for e in engines if e is not None), default=-1))
+    stats["rollout/timed_out_episodes"] = float(sum(p.timed_out_episodes for p in producers))
+    if producers:
+        stats["rollout/env_failures"] = float(sum(sum(p.env_failures.values()) for p in producers))
+        recent = [failed for p in producers for failed in p.recent_failures]
+        stats["rollout/env_failure_rate"] = sum(recent) / max(len(recent), 1)
+    stats["rollout/engine_restarts"] = float(engine_restarts)
+    if len(lane_producers) > 1:
+        for lane, producer in enumerate(lane_producers):
+            stats[f"rollout/engine_{lane}/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
+            stats[f"rollout/engine_{lane}/groups_started"] = float(producer.groups_started if producer else 0)
+    if dedicated is not None:
+        producer = lane_producers[0]
+        stats["dedicated/queue_depth"] = float(dedicated.queue_depth)
+        stats["dedicated/scored_tokens"] = float(dedicated.scored_tokens)
+        stats["dedicated/score_s"] = dedicated.score_seconds
+        stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
+    return stats
