@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.util
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.dedicated import ProcessWorker
-from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.service import RolloutService
@@ -168,19 +166,19 @@ class RolloutDataModule(L.LightningDataModule):
         # Under DDP every rank reaches the one service through rank 0 (before the callbacks'
         # setup, which looks the service up here).
         trainer = self.trainer
-        if trainer is not None and trainer.world_size > 1 and not isinstance(self.rollouts, RankZeroRollouts):
-            check_batch_splits(self.rollouts.groups_per_batch, trainer.world_size)
+        if trainer is not None:
             route = select_weight_transfer(self.weight_transfer, _trainer_device_type(), self.placement, trainer.world_size)
-            self.rollouts.engine_config = dataclasses.replace(self.rollouts.engine_config, weight_transfer=route)
-            self.rollouts = RankZeroRollouts(self.rollouts, rank=trainer.global_rank, world_size=trainer.world_size)
+            self.rollouts = self.rollouts.configure(trainer.world_size, trainer.global_rank, route)
 
     def state_dict(self) -> dict:
         # Saved in every checkpoint: produced = trained + dropped + pending holds across a resume.
-        return {"rollout_accounting": self.rollouts.buffer.accounting_state()}
+        return {"rollout_service": self.rollouts.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        if "rollout_accounting" in state_dict:  # checkpoints of earlier versions have none
-            self.rollouts.buffer.restore_accounting(state_dict["rollout_accounting"])
+        if "rollout_service" in state_dict:
+            self.rollouts.load_state_dict(state_dict["rollout_service"])
+        elif "rollout_accounting" in state_dict:  # checkpoints written before 2026-12-03
+            self.rollouts.load_state_dict({"accounting": state_dict["rollout_accounting"]})
 
     def train_dataloader(self) -> DataLoader:
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.

@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.service import RolloutService, ScoreFn
 
 
@@ -80,16 +79,22 @@ class RankZeroRollouts:
         self.service, self.rank, self.world_size = service, rank, world_size
         self.max_version_gap = service.max_version_gap
         self.weight_sync_every = service.weight_sync_every
+        self.groups_per_batch = service.groups_per_batch
         self._group: Any = None
 
     @property
     def is_host(self) -> bool:
         return self.rank == 0
 
-    @property
-    def buffer(self) -> RolloutBuffer:
-        """The host's buffer holds the accounting (a checkpoint is written by rank 0)."""
-        return self.service.buffer
+    def configure(self, world_size: int, rank: int, weight_transfer: str) -> RankZeroRollouts:
+        return self  # configured when it was made
+
+    def state_dict(self) -> dict:
+        """The host's service holds the accounting (a checkpoint is written by rank 0)."""
+        return self.service.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.service.load_state_dict(state)
 
     # -- collectives --------------------------------------------------------------------------
     def _process_group(self) -> Any:

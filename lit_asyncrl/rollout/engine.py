@@ -21,25 +21,23 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, weight_sender
-from lit_asyncrl.rollout.engine_protocol import TurnOutput, run_watched
+from lit_asyncrl.rollout.engine_protocol import EngineLoop, TurnOutput
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, standard_start_method
 from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, weights_for_engine
 
-T = TypeVar("T")
 
-
-class VLLMEngine:
+class VLLMEngine(EngineLoop):
     """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop (an `Engine`)."""
 
     def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig()) -> None:
@@ -189,16 +187,6 @@ class VLLMEngine:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            raise RuntimeError("the engine is not started; call start() first")
-        return self._loop
-
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
-        """Run a coroutine on the engine loop from another thread and wait for it (`run_watched`)."""
-        return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
 
     # -- generation (called inside the engine loop) ------------------------------------------
     async def generate(

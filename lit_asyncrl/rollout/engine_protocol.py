@@ -91,6 +91,26 @@ class Engine(Protocol):
         """Continue after `pause`."""
 
 
+class EngineLoop:
+    """What every engine implementation shares: the event loop its episodes run on (`_loop`, set
+    when it starts) and `run` onto that loop, watched by the implementation's `dead_reason`."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("the engine is not started; call start() first")
+        return self._loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
+        """Run a coroutine on the engine loop from another thread and wait for it (`run_watched`)."""
+        return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
+
+    def dead_reason(self) -> str | None:
+        raise NotImplementedError
+
+
 def run_watched(
     loop: asyncio.AbstractEventLoop,
     coroutine: Coroutine[Any, Any, T],

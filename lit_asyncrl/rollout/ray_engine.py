@@ -14,19 +14,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig, weight_sender
-from lit_asyncrl.rollout.engine_protocol import EngineDeadError, TurnOutput, run_watched
+from lit_asyncrl.rollout.engine_protocol import EngineDeadError, EngineLoop, TurnOutput
 from lit_asyncrl.rollout.ray_placement import RAY_RUNTIME, RayPlacement
 from lit_asyncrl.rollout.temp_dirs import remove_run_dir
-
-T = TypeVar("T")
 
 
 class EngineActor:
@@ -101,7 +99,7 @@ class EngineActor:
         remove_run_dir()  # the actor is killed next, without its exit handlers
 
 
-class RayEngine:
+class RayEngine(EngineLoop):
     """A proxy for a `VLLMEngine` in a Ray actor (see the module docstring).
 
     Args:
@@ -203,15 +201,6 @@ class RayEngine:
         except ray.exceptions.RayError as error:
             self._dead = f"its Ray actor died ({type(error).__name__})"
         return self._dead
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            raise RuntimeError("the engine is not started; call start() first")
-        return self._loop
-
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
-        return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
 
     # -- generation (called inside the local loop) ------------------------------------------
     async def generate(

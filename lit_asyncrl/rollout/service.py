@@ -57,6 +57,19 @@ class RolloutService(Protocol):
     max_version_gap: int
     #: Weights are published every this many optimizer steps (1 = every step).
     weight_sync_every: int
+    #: Advantage groups in one training batch, over all training processes together.
+    groups_per_batch: int
+
+    def configure(self, world_size: int, rank: int, weight_transfer: str) -> RolloutService:
+        """The service as training process `rank` of `world_size` uses it, weights sent by route
+        `weight_transfer` (`weight_transfer.select_weight_transfer`); called once the trainer's
+        world size is known, before `start`. Several processes share one service (on rank 0)."""
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the service (its accounting: produced = trained + dropped + pending)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take back what `state_dict` gave, before `start`."""
 
     def use_old_logit_worker(self) -> None:
         """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""

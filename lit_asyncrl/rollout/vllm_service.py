@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 import warnings
@@ -15,6 +16,7 @@ from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel, ProcessWorker
+from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig
 from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
@@ -26,7 +28,7 @@ from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
 from lit_asyncrl.rollout.rollout_stats import rollout_stats
 from lit_asyncrl.rollout.routing import LeastLoadedRouter
-from lit_asyncrl.rollout.service import RolloutServiceError, ScoreFn
+from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
 from lit_asyncrl.rollout.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
 from lit_asyncrl.text import pad_token_id
 
@@ -128,6 +130,20 @@ class VLLMRolloutService:
         self.router = LeastLoadedRouter()
         self.dedicated: DedicatedOldLogitModel | None = None
         self._use_dedicated = False
+
+    def configure(self, world_size: int, rank: int, weight_transfer: str) -> RolloutService:
+        """With several training processes, rank 0's service serves them all (`RankZeroRollouts`)."""
+        self.engine_config = dataclasses.replace(self.engine_config, weight_transfer=weight_transfer)
+        if world_size == 1:
+            return self
+        check_batch_splits(self.groups_per_batch, world_size)
+        return RankZeroRollouts(self, rank=rank, world_size=world_size)
+
+    def state_dict(self) -> dict:
+        return {"accounting": self.buffer.accounting_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer.restore_accounting(state["accounting"])
 
     @property
     def engine(self) -> Engine | None:

@@ -60,7 +60,7 @@ class RankProbe(L.Callback):
             "world_size": trainer.world_size,
         }
         if trainer.global_rank == 0:
-            state["counts"] = trainer.datamodule.rollouts.buffer.counts()
+            state["counts"] = trainer.datamodule.rollouts.service.buffer.counts()  # rank 0 hosts the service
         self.out_dir.mkdir(parents=True, exist_ok=True)
         torch.save(state, self.out_dir / f"rank{trainer.global_rank}.pt")
 

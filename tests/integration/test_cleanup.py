@@ -176,7 +176,7 @@ def test_an_environment_failing_too_often_stops_the_run_and_cleans_up(tmp_path):
     run.wait_for(run.engine_serving, "engine start")
     code, output, _ = run.finish(timeout_s=300)
     assert code != 0
-    assert "of the last 16 episodes failed in the environment, above data.env_failure_limit=0.5" in output
+    assert "of the last 16 episodes failed in the environment, above rollout.env_failure_limit=0.5" in output
     assert "FaultyGuessNumberEnv.step raised EnvironmentFault('tool crashed on turn 3" in output
     run.assert_nothing_left()
 
@@ -289,7 +289,7 @@ def test_an_engine_that_stops_answering_fails_the_run_within_the_stall_timeout(t
         # Caught by the trainer's batch wait (no output with requests in flight) or by a weight push
         # that gets no answer, whichever comes first; both name the stall and the setting.
         run.assert_stops(time.monotonic(), says="stopped answering", within_s=stall_timeout_s + 25)
-        assert "data.engine_stall_timeout_s" in run.output
+        assert "rollout.engine_stall_timeout_s" in run.output  # the key a Hydra user sets
     finally:
         os.kill(engine_core, signal.SIGCONT) if alive(engine_core) else None
 

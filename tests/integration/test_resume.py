@@ -37,7 +37,7 @@ def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path)
 
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
     assert checkpoint["global_step"] == 3
-    saved = checkpoint["RolloutDataModule"]["rollout_accounting"]
+    saved = checkpoint["RolloutDataModule"]["rollout_service"]["accounting"]
     assert saved["produced"] == saved["trained"] + sum(saved["dropped"].values()) + saved["pending"]
     ewma_states = [state for key, state in checkpoint["callbacks"].items() if "EWMAReference" in key]
     assert len(ewma_states) == 1

@@ -35,6 +35,7 @@ class FakeRollouts:
 
     max_version_gap = 3
     weight_sync_every = 1
+    groups_per_batch = 2
 
     def __init__(self) -> None:
         self.calls: list[tuple] = []
@@ -44,6 +45,15 @@ class FakeRollouts:
 
     def launch_early(self) -> None:
         self.calls.append(("launch_early",))
+
+    def configure(self, world_size, rank, weight_transfer):
+        return self
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state) -> None:
+        pass
 
     def start(self, weights, version, train=True):
         self.calls.append(("start", version, sorted(weights)))

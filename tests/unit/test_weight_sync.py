@@ -27,11 +27,21 @@ class FakeRollouts:
 
     max_version_gap = 3
     weight_sync_every = 1
+    groups_per_batch = 2
 
     def __init__(self, timings: dict[str, float] | None = None) -> None:
         self.timings = timings or {}
         self.starts: list[tuple[int, dict[str, torch.Tensor]]] = []
         self.publishes: list[tuple[int, dict[str, torch.Tensor]]] = []
+
+    def configure(self, world_size, rank, weight_transfer):
+        return self
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state) -> None:
+        pass
 
     def start(self, weights, version, train=True):
         self.starts.append((version, {name: tensor.detach().clone() for name, tensor in weights.items()}))
