@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
@@ -10,7 +11,7 @@ import torch
 from torch import Tensor
 
 from lit_asyncrl.losses.aggregation import aggregate
-from lit_asyncrl.losses.arguments import check_aggregation
+from lit_asyncrl.losses.arguments import check_aggregation, check_bounds
 from lit_asyncrl.losses.inputs import LossInputs, LossOutput, PreparedInputs, prepare_inputs
 from lit_asyncrl.losses.metrics import step_metrics
 
@@ -97,3 +98,22 @@ class LossStrategy(ABC):
     def __repr__(self) -> str:
         arguments = ", ".join(f"{key}={value!r}" for key, value in vars(self).items())
         return f"{type(self).__name__}({arguments})"
+
+
+class ClippedLossStrategy(LossStrategy):
+    """A strategy with a trust region on a ratio, by advantage sign or on a weight: ``clip_bounds``.
+
+    Args:
+        clip_bounds: ``(low, high)`` ratio bounds of the trust region.
+        aggregation, normalizer: see :func:`lit_asyncrl.losses.aggregation.aggregate`.
+    """
+
+    def __init__(
+        self,
+        *,
+        clip_bounds: Sequence[float] = (0.8, 1.2),
+        aggregation: Aggregation = "token_mean",
+        normalizer: float | None = None,
+    ) -> None:
+        super().__init__(aggregation=aggregation, normalizer=normalizer)
+        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from lit_asyncrl.losses.arguments import check_bounds
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.base import ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.inputs import PreparedInputs
 from lit_asyncrl.losses.ratios import in_bounds, ratio, unit_with_gradient
 from lit_asyncrl.losses.registry import register_loss
 
 
 @register_loss("cispo")
-class CISPO(LossStrategy):
+class CISPO(ClippedLossStrategy):
     """``sg(clip(r, low, high)) * A * log pi_theta`` (MiniMax-M1 Eq. 4), ``r = pi_theta / pi_ref``.
 
     The weight is clipped, never the gradient: every token keeps ``clip(r) A grad log pi``. The value
@@ -27,16 +24,6 @@ class CISPO(LossStrategy):
     """
 
     reference_use = "optional"
-
-    def __init__(
-        self,
-        *,
-        clip_bounds: Sequence[float] = (0.8, 1.2),
-        aggregation: Aggregation = "token_mean",
-        normalizer: float | None = None,
-    ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
 
     def token_terms(self, inputs: PreparedInputs) -> TokenTerms:
         policy_ratio = ratio(inputs.logprobs.detach(), inputs.anchor_logprobs)  # [B, T]

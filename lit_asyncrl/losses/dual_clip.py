@@ -6,15 +6,15 @@ from collections.abc import Sequence
 
 import torch
 
-from lit_asyncrl.losses.arguments import check_bounds, check_greater_than_one
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.arguments import check_greater_than_one
+from lit_asyncrl.losses.base import Aggregation, ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.inputs import PreparedInputs
 from lit_asyncrl.losses.ratios import clipped_surrogate, ratio
 from lit_asyncrl.losses.registry import register_loss
 
 
 @register_loss("dual_clip")
-class DualClipPPO(LossStrategy):
+class DualClipPPO(ClippedLossStrategy):
     """PPO-clip plus a floor for negative advantages: ``max(min(r A, clip(r) A), c A)`` when ``A < 0``.
 
     ``r = pi_theta / pi_ref`` (``mu_old`` without a reference). For ``A < 0`` a token passes gradient
@@ -36,8 +36,7 @@ class DualClipPPO(LossStrategy):
         aggregation: Aggregation = "token_mean",
         normalizer: float | None = None,
     ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
+        super().__init__(clip_bounds=clip_bounds, aggregation=aggregation, normalizer=normalizer)
         self.dual_clip_bound = check_greater_than_one("dual_clip_bound", dual_clip_bound)
 
     def token_terms(self, inputs: PreparedInputs) -> TokenTerms:

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-from lit_asyncrl.losses.arguments import check_bounds
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.base import ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.inputs import PreparedInputs
 from lit_asyncrl.losses.ratios import ratio, trust_region_mask, unit_with_gradient
 from lit_asyncrl.losses.registry import register_loss
 
 
 @register_loss("gppo")
-class GPPO(LossStrategy):
+class GPPO(ClippedLossStrategy):
     """``min(r A, clip(r, low/sg(r) r, high/sg(r) r) A)``, ``r = pi_theta / pi_ref``.
 
     Same values as PPO-clip, but a clipped token keeps a bounded gradient: ``high * A * grad log pi``
@@ -29,16 +26,6 @@ class GPPO(LossStrategy):
     """
 
     reference_use = "optional"
-
-    def __init__(
-        self,
-        *,
-        clip_bounds: Sequence[float] = (0.8, 1.2),
-        aggregation: Aggregation = "token_mean",
-        normalizer: float | None = None,
-    ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
 
     def token_terms(self, inputs: PreparedInputs) -> TokenTerms:
         low, high = self.clip_bounds

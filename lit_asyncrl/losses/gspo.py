@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lit_asyncrl.losses.arguments import check_bounds
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.base import Aggregation, ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.inputs import PreparedInputs
 from lit_asyncrl.losses.ratios import clipped_surrogate, unit_with_gradient
 from lit_asyncrl.losses.registry import register_loss
@@ -13,7 +12,7 @@ from lit_asyncrl.losses.sequence import exp_ratio, sequence_log_ratio_mean
 
 
 @register_loss("gspo")
-class GSPO(LossStrategy):
+class GSPO(ClippedLossStrategy):
     """GSPO-token (GSPO Eq. 13): ``s_t = sg(s) * pi_theta,t / sg(pi_theta,t)``, clipped like PPO.
 
     ``s = exp(mean_t log(pi_theta / pi_ref))`` over the sequence's valid tokens (``mu_old`` without a
@@ -35,8 +34,7 @@ class GSPO(LossStrategy):
         aggregation: Aggregation = "seq_mean_token_mean",
         normalizer: float | None = None,
     ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
+        super().__init__(clip_bounds=clip_bounds, aggregation=aggregation, normalizer=normalizer)
 
     def token_terms(self, inputs: PreparedInputs) -> TokenTerms:
         log_sequence_ratio = sequence_log_ratio_mean(inputs.logprobs, inputs.anchor_logprobs, inputs.valid)  # [B, 1]

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from lit_asyncrl.losses.arguments import check_bounds
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.base import ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.inputs import PreparedInputs
 from lit_asyncrl.losses.ratios import clipped_surrogate, ratio
 from lit_asyncrl.losses.registry import register_loss
 
 
 @register_loss("ppo_clip")
-class PPOClip(LossStrategy):
+class PPOClip(ClippedLossStrategy):
     """Table 1 "PPO-clip (standard)": ``r_d = 1``, ``r_s = pi_theta / pi_ref`` (Eq. 3, Sec. 3.1).
 
     ``min(r_s A, clip(r_s, low, high) A)`` with ``pi_ref = ref_logprobs`` when given (exact old logits
@@ -24,16 +21,6 @@ class PPOClip(LossStrategy):
     """
 
     reference_use = "optional"
-
-    def __init__(
-        self,
-        *,
-        clip_bounds: Sequence[float] = (0.8, 1.2),
-        aggregation: Aggregation = "token_mean",
-        normalizer: float | None = None,
-    ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
 
     def token_terms(self, inputs: PreparedInputs) -> TokenTerms:
         staleness_ratio = ratio(inputs.logprobs, inputs.anchor_logprobs)  # [B, T]

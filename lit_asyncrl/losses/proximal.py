@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from lit_asyncrl.losses.arguments import check_alpha, check_bounds
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.base import Aggregation, ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.discrepancy import masked_discrepancy_weight
 from lit_asyncrl.losses.inputs import LossInputs, PreparedInputs, prepare_inputs
 from lit_asyncrl.losses.interpolation import interpolation_alpha, linear_proximal_logprobs, loglinear_proximal_logprobs
@@ -24,7 +24,7 @@ from lit_asyncrl.losses.ratios import clipped_surrogate, ratio
 from lit_asyncrl.losses.registry import register_loss
 
 
-class InterpolatedProximal(LossStrategy):
+class InterpolatedProximal(ClippedLossStrategy):
     """Shared maths; subclasses choose the interpolation and the ``r_d`` correction.
 
     Args:
@@ -44,8 +44,7 @@ class InterpolatedProximal(LossStrategy):
         aggregation: Aggregation = "token_mean",
         normalizer: float | None = None,
     ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
+        super().__init__(clip_bounds=clip_bounds, aggregation=aggregation, normalizer=normalizer)
         self.alpha = check_alpha("alpha", alpha)
 
     @abstractmethod
@@ -96,9 +95,8 @@ class LogLinearProx(InterpolatedProximal):
         return loglinear_proximal_logprobs(logprobs, behavior_logprobs, alpha)
 
 
-@register_loss("linear_prox_train_infer")
-class LinearProxTrainInfer(LinearProx):
-    """Table 1 "linear_prox & train_infer": adds ``M(r_d) sg(r_d)`` with ``r_d = pi_prox / mu_old``.
+class TrainInferMask(InterpolatedProximal):
+    """Adds the train-infer mask to an interpolated proximal: ``M(r_d) sg(r_d)``, ``r_d = pi_prox / mu_old``.
 
     Args:
         discrepancy_bounds: ``(low, high)`` ratio bounds of the symmetric ``r_d`` mask.
@@ -119,28 +117,13 @@ class LinearProxTrainInfer(LinearProx):
 
     def discrepancy_correction(self, log_proximal: Tensor, behavior_logprobs: Tensor) -> tuple[Tensor, Tensor]:
         return masked_discrepancy_weight(log_proximal, behavior_logprobs, self.discrepancy_bounds)
+
+
+@register_loss("linear_prox_train_infer")
+class LinearProxTrainInfer(TrainInferMask, LinearProx):
+    """Table 1 "linear_prox & train_infer": the linear proximal with the train-infer mask (`TrainInferMask`)."""
 
 
 @register_loss("loglinear_prox_train_infer")
-class LogLinearProxTrainInfer(LogLinearProx):
-    """Log-linear proximal with the train-infer mask: ``M(r_d) sg(r_d)``, ``r_d = pi_prox / mu_old``.
-
-    Args:
-        discrepancy_bounds: ``(low, high)`` ratio bounds of the symmetric ``r_d`` mask.
-        clip_bounds, alpha, aggregation, normalizer: as :class:`InterpolatedProximal`.
-    """
-
-    def __init__(
-        self,
-        *,
-        discrepancy_bounds: Sequence[float] = (0.5, 2.0),
-        clip_bounds: Sequence[float] = (0.8, 1.2),
-        alpha: float | None = None,
-        aggregation: Aggregation = "token_mean",
-        normalizer: float | None = None,
-    ) -> None:
-        super().__init__(clip_bounds=clip_bounds, alpha=alpha, aggregation=aggregation, normalizer=normalizer)
-        self.discrepancy_bounds = check_bounds("discrepancy_bounds", discrepancy_bounds)
-
-    def discrepancy_correction(self, log_proximal: Tensor, behavior_logprobs: Tensor) -> tuple[Tensor, Tensor]:
-        return masked_discrepancy_weight(log_proximal, behavior_logprobs, self.discrepancy_bounds)
+class LogLinearProxTrainInfer(TrainInferMask, LogLinearProx):
+    """The log-linear proximal with the train-infer mask (`TrainInferMask`)."""

@@ -8,15 +8,15 @@ from collections.abc import Sequence
 
 import torch
 
-from lit_asyncrl.losses.arguments import check_bounds, check_positive
-from lit_asyncrl.losses.base import Aggregation, LossStrategy, TokenTerms
+from lit_asyncrl.losses.arguments import check_positive
+from lit_asyncrl.losses.base import Aggregation, ClippedLossStrategy, TokenTerms
 from lit_asyncrl.losses.inputs import PreparedInputs
 from lit_asyncrl.losses.ratios import clipped_surrogate, ratio
 from lit_asyncrl.losses.registry import register_loss
 from lit_asyncrl.losses.sequence import exp_ratio, sequence_log_ratio_sum
 
 
-class TruncatedImportanceSampling(LossStrategy):
+class TruncatedImportanceSampling(ClippedLossStrategy):
     """``sg(min(rho, C)) * min(r_s A, clip(r_s) A)`` with ``r_s = pi_theta / pi_ref``.
 
     ``rho`` is built from ``r_d = pi_ref / mu_old``; truncation only caps it from above and drops no
@@ -38,8 +38,7 @@ class TruncatedImportanceSampling(LossStrategy):
         aggregation: Aggregation = "token_mean",
         normalizer: float | None = None,
     ) -> None:
-        super().__init__(aggregation=aggregation, normalizer=normalizer)
-        self.clip_bounds = check_bounds("clip_bounds", clip_bounds)
+        super().__init__(clip_bounds=clip_bounds, aggregation=aggregation, normalizer=normalizer)
         self.weight_cap = check_positive("weight_cap", weight_cap)
 
     @abstractmethod
