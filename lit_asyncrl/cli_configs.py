@@ -2,7 +2,8 @@
 ends start equal objects: `python -m lit_asyncrl.cli_configs` (a test checks they are current).
 
 `default.yaml` is the Hydra default run; `<experiment>.yaml` is `experiment=<experiment>`.
-`_target_` becomes `class_path` + `init_args`; `data.model_path` is linked from `model.model_path`.
+`_target_` becomes `class_path` + `init_args` (the `RolloutConfig` dataclass takes its fields
+bare); `data.model_path` is linked from `model.model_path`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
     model = to_class_path(section["module"])["init_args"]
     data = to_class_path(section["data"])["init_args"]
     data.pop("model_path")  # linked from model.model_path
+    data["rollout"] = data["rollout"]["init_args"]  # a dataclass: the CLI takes its fields as they are
     warm_start = to_class_path(section["warm_start"])["init_args"]
     trainer = OmegaConf.to_container(cfg.trainer, resolve=False)
     run_dir = f"outputs/cli/{name}"
@@ -87,7 +89,7 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
 
 def render(name: str, overrides: list[str]) -> str:
     what = f" (experiment={name})" if overrides else " (default run)"
-    return HEADER.format(what=what, name=name) + yaml.safe_dump(cli_config(name, overrides), sort_keys=False, default_flow_style=None)
+    return HEADER.format(what=what, name=name) + yaml.safe_dump(cli_config(name, overrides), sort_keys=False, default_flow_style=False)
 
 
 def main(argv: list[str] | None = None) -> None:

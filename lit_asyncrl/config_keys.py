@@ -1,46 +1,38 @@
 """Error messages name a setting as the user wrote it, in the front end in use.
 
-The code names a setting by its path in the Lightning CLI (`data.max_model_len`: the DataModule's
-argument). The Hydra entry writes the same setting under another key (`rollout.max_model_len`,
-which `conf/train.yaml` forwards to `data.max_model_len`); it says so for the run
-(`keys_spelled_as`), and every message renders its keys through `config_key`, so a Hydra user reads
-the key they set and a CLI user the path they passed.
+The code names a setting by its Hydra key (`rollout.max_model_len`). The Lightning CLI reaches the
+same setting through the DataModule's argument (`data.rollout.max_model_len`): its entry says so for
+the run (`keys_spelled_as(CLI_SPELLING)`), and every message renders its keys through `config_key`,
+so a Hydra user reads the key they set and a CLI user the path they passed.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import Any
 
-_spelling: dict[str, str] = {}
+#: Hydra key prefix -> the Lightning CLI's path prefix for the same settings.
+CLI_SPELLING = {"rollout.": "data.rollout."}
+
+_prefixes: dict[str, str] = {}
 
 
-def config_key(path: str) -> str:
-    """`path` (a Lightning CLI path, e.g. "data.max_model_len") as the front end in use spells it."""
-    return _spelling.get(path, path)
+def config_key(key: str) -> str:
+    """`key` (a Hydra key, e.g. "rollout.max_model_len") as the front end in use spells it."""
+    for prefix, spelled in _prefixes.items():
+        if key.startswith(prefix):
+            return spelled + key[len(prefix) :]
+    return key
 
 
 @contextlib.contextmanager
-def keys_spelled_as(spelling: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, in this process, `config_key(path)` gives `spelling[path]` where it has one."""
-    saved = dict(_spelling)
-    _spelling.update(spelling)
+def keys_spelled_as(prefixes: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, in this process, `config_key` writes a key starting with a prefix of
+    `prefixes` with that prefix's spelling instead (`{"rollout.": "data.rollout."}`)."""
+    saved = dict(_prefixes)
+    _prefixes.update(prefixes)
     try:
         yield
     finally:
-        _spelling.clear()
-        _spelling.update(saved)
-
-
-def forwarded_keys(config: Any, section: str = "data") -> dict[str, str]:
-    """{"data.<argument>": "<key>"} for every argument of `config[section]` that the Hydra config
-    sets to a bare interpolation `${<key>}` (before resolution), e.g. `max_model_len: ${rollout.max_model_len}`."""
-    from omegaconf import OmegaConf
-
-    raw = OmegaConf.to_container(config[section], resolve=False)
-    spelling = {}
-    for argument, value in raw.items():
-        if isinstance(value, str) and value.startswith("${") and value.endswith("}") and value.count("${") == 1:
-            spelling[f"{section}.{argument}"] = value[2:-1]
-    return spelling
+        _prefixes.clear()
+        _prefixes.update(saved)

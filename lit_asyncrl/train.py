@@ -14,7 +14,6 @@ import hydra
 from omegaconf import DictConfig
 
 from lit_asyncrl.config_dir import config_dir
-from lit_asyncrl.config_keys import forwarded_keys, keys_spelled_as
 
 
 class RunOutcome(NamedTuple):
@@ -28,13 +27,8 @@ def run(cfg: DictConfig) -> RunOutcome:
 
     Everything is built (and every config value checked) before any engine starts. Whatever the
     way out (success, exception, Ctrl-C, SIGTERM), the rollout service is closed before this returns.
-    Messages name settings by the keys this config gives them (`rollout.max_model_len`).
+    Messages name settings by their keys here (`rollout.max_model_len`).
     """
-    with keys_spelled_as(forwarded_keys(cfg)):
-        return _fit_or_validate(cfg)
-
-
-def _fit_or_validate(cfg: DictConfig) -> RunOutcome:
     import lightning as L
 
     from lit_asyncrl.before_fit import launch_and_warm_start
@@ -75,12 +69,11 @@ def build(cfg: DictConfig) -> tuple:
     if stage == "validate" and cfg.get("ckpt_path") is None:
         raise ValueError("stage=validate evaluates a checkpoint: set ckpt_path=<run dir>/checkpoints/last.ckpt")
 
-    with keys_spelled_as(forwarded_keys(cfg)):
-        module = instantiate(cfg.module, _convert_="all")
-        datamodule = instantiate(cfg.data, _convert_="all")
-        warm_start = instantiate(cfg.warm_start, _convert_="all")
-        trainer = instantiate(cfg.trainer, _convert_="all")
-        check_settings(module, datamodule, trainer)
+    module = instantiate(cfg.module, _convert_="all")
+    datamodule = instantiate(cfg.data, _convert_="all")
+    warm_start = instantiate(cfg.warm_start, _convert_="all")
+    trainer = instantiate(cfg.trainer, _convert_="all")
+    check_settings(module, datamodule, trainer)
     return module, datamodule, warm_start, trainer
 
 

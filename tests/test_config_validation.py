@@ -10,24 +10,41 @@ import pytest
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.losses import DecoupledPPO
 from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.rollout.rollout_config import RolloutConfig
+
+
+def test_datamodule_rejects_a_missing_model_before_the_engine():
+    with pytest.raises(ValueError, match=r"model\.path"):
+        RolloutDataModule(model_path="/nonexistent/model")
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "key"),
+    ("settings", "message"),
     [
-        ({"model_path": "/nonexistent/model"}, "model.path"),
-        ({"max_version_gap": -1}, "data.max_version_gap"),
-        ({"group_size": 8, "groups_per_batch": 16, "buffer_capacity": 64}, "data.buffer_capacity"),
-        ({"mode": "sync", "weight_sync_every": 2}, "data.weight_sync_every"),
-        ({"temperature": 0.0}, "data.temperature"),
-        ({"group_size": 0}, "data.group_size"),
-        ({"kv_cache_gib": 0}, "data.kv_cache_gib"),
-        ({"weight_transfer": "nccl"}, "data.weight_transfer"),  # no CUDA on this machine
+        ({"max_version_gap": -1}, "rollout.max_version_gap must be an integer >= 0, got -1"),
+        (
+            {"group_size": 8, "groups_per_batch": 16, "buffer_capacity": 64},
+            "rollout.buffer_capacity=64 is smaller than one batch (rollout.groups_per_batch * rollout.group_size = 128 episodes)",
+        ),
+        ({"mode": "sync", "weight_sync_every": 2}, "rollout.mode='sync' needs rollout.weight_sync_every=1"),
+        ({"temperature": 0.0}, "rollout.temperature must be > 0, got 0.0"),
+        ({"group_size": 0}, "rollout.group_size must be an integer >= 1, got 0"),
+        ({"kv_cache_gib": 0}, "rollout.kv_cache_gib must be > 0 or null, got 0"),
+        ({"top_k": 0}, "rollout.top_k must be -1 (no top-k) or an integer >= 1, got 0"),
+        ({"batch_timeout_s": 0}, "rollout.batch_timeout_s must be > 0, got 0"),
+        ({"eval_timeout_s": -1.0}, "rollout.eval_timeout_s must be > 0, got -1.0"),
+        ({"engine_log_level": "LOUD"}, "rollout.engine_log_level must be one of"),
+        ({"num_engines": 1.5}, "rollout.num_engines must be an integer >= 1, got 1.5"),
     ],
 )
-def test_datamodule_rejects_bad_config_before_the_engine(kwargs, key):
-    with pytest.raises(ValueError, match=key.replace(".", r"\.")):
-        RolloutDataModule(**kwargs)
+def test_rollout_settings_are_checked_when_made(settings, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RolloutConfig(**settings)
+
+
+def test_a_route_this_machine_lacks_is_refused_when_the_service_is_built():
+    with pytest.raises(ValueError, match=r"^rollout\.weight_transfer=nccl needs CUDA GPUs"):  # no CUDA on this machine
+        RolloutDataModule(rollout=RolloutConfig(weight_transfer="nccl"))
 
 
 @pytest.mark.parametrize(
@@ -49,15 +66,15 @@ def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_
     pushes, so it turns into NCCL, and an explicit `ipc` is refused, naming the key."""
     from types import SimpleNamespace
 
-    import lit_asyncrl.datamodule as datamodule
+    import lit_asyncrl.rollout.vllm_service as vllm_service
 
-    monkeypatch.setattr(datamodule, "_trainer_device_type", lambda: "cuda")
+    monkeypatch.setattr(vllm_service, "trainer_device_type", lambda: "cuda")
     for requested, alone, under_ddp in (("auto", "ipc", "nccl"), ("gloo", "gloo", "gloo"), ("ipc", "ipc", None)):
-        data = RolloutDataModule(weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16)
+        data = RolloutDataModule(rollout=RolloutConfig(weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16))
         assert data.rollouts.engine_config.weight_transfer == alone
         data.trainer = SimpleNamespace(world_size=2, global_rank=1)
         if under_ddp is None:
-            with pytest.raises(ValueError, match=r"data\.weight_transfer=ipc with 2 trainer processes"):
+            with pytest.raises(ValueError, match=r"rollout\.weight_transfer=ipc with 2 trainer processes"):
                 data.setup("fit")
         else:
             data.setup("fit")
@@ -67,11 +84,6 @@ def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_
 def test_inverted_bounds_name_the_argument():
     with pytest.raises(ValueError, match="clip_bounds"):
         DecoupledPPO(clip_bounds=(1.2, 0.8))
-
-
-def test_bad_engine_log_level_names_the_key():
-    with pytest.raises(ValueError, match=r"data\.engine_log_level"):
-        RolloutDataModule(engine_log_level="LOUD")
 
 
 def test_hydra_entry_fails_fast_on_a_missing_model_path(tmp_path):
@@ -161,8 +173,8 @@ def test_malformed_configuration_is_refused_before_anything_starts(overrides, fr
         build(cfg)
     message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
     assert fragment in message
-    # A Hydra user set `rollout.<key>`: the message names that, never the DataModule's `data.<key>`.
-    assert not fragment.startswith("rollout.") or "data." + fragment.removeprefix("rollout.") not in message
+    # A Hydra user set `rollout.<key>`: the message names that, never the CLI's `data.rollout.<key>`.
+    assert "data.rollout." not in message
     assert time.monotonic() - start < 10
     assert not [thread for thread in threading.enumerate() if thread.name == "vllm-engine"]
 
@@ -187,7 +199,10 @@ def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built
 
 @pytest.mark.parametrize(
     ("argument", "fragment"),
-    [("--data.max_version_gap=-1", "data.max_version_gap"), ("--data.kv_cache_fraction=2", "data.kv_cache_fraction")],
+    [
+        ("--data.rollout.max_version_gap=-1", "data.rollout.max_version_gap must be an integer >= 0, got -1"),
+        ("--data.rollout.kv_cache_fraction=2", "data.rollout.kv_cache_fraction must be in (0, 1], got 2"),
+    ],
 )
 def test_the_lightning_cli_names_its_own_paths(argument, fragment, tmp_path):
     # The same checks as the Hydra entry's, named by the path a CLI user passes.
@@ -202,4 +217,4 @@ def test_the_lightning_cli_names_its_own_paths(argument, fragment, tmp_path):
             AsyncRLModule, RolloutDataModule, run=False, args=["--config", config, argument, "--trainer.default_root_dir", str(tmp_path)]
         )
     message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
-    assert fragment in message and "rollout." + fragment.removeprefix("data.") not in message
+    assert fragment in message and fragment.removeprefix("data.") not in message.replace(fragment, "")

@@ -1,12 +1,14 @@
 """Every shipped config composes and builds the intended objects without starting an engine, and
 the Lightning CLI configs build the same objects as their Hydra experiments."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from lit_asyncrl.cli import AsyncRLCLI
 from lit_asyncrl.cli_configs import hydra_runs, render
@@ -15,6 +17,7 @@ from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.losses import available_losses, loss_class
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import available_references, build_reference
+from lit_asyncrl.rollout.rollout_config import RolloutConfig
 
 CONFIG_DIR = config_dir()
 EXPERIMENTS = sorted(path.stem for path in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
@@ -111,7 +114,7 @@ def test_snapshot_budget_too_small_for_the_staleness_cap_fails_naming_the_key(tm
 def test_snapshot_window_below_the_cap_is_refused(tmp_path):
     cfg = compose_train(["experiment=snapshot", "rollout.max_version_gap=3", "reference.max_staleness=1", f"hydra.run.dir={tmp_path}"])
     module = instantiate(cfg.module, _convert_="all")
-    with pytest.raises(ValueError, match="data.max_version_gap=3"):
+    with pytest.raises(ValueError, match="rollout.max_version_gap=3"):
         module.reference.bind(instantiate(cfg.data, _convert_="all").rollouts)
 
 
@@ -171,22 +174,8 @@ def describe(module: AsyncRLModule, datamodule: RolloutDataModule) -> dict:
         "reference": (type(module.reference), public(module.reference)),
         "hparams": {k: v for k, v in module.hparams.items() if not k.startswith("_")},  # the CLI adds _class_path
         "env": (type(rollouts.env), public(rollouts.env)),
-        "rollouts": {
-            key: getattr(rollouts, key)
-            for key in (
-                "model_path",
-                "group_size",
-                "groups_per_batch",
-                "max_version_gap",
-                "max_concurrent_groups",
-                "mode",
-                "weight_sync_every",
-                "temperature",
-                "top_k",
-                "engine_config",
-                "seed",
-            )
-        },
+        "rollout": datamodule.rollout_config,  # every rollout setting, one dataclass
+        "service": {key: getattr(rollouts, key) for key in ("model_path", "engine_config", "seed")},
         "buffer_capacity": rollouts.buffer.capacity,
     }
 
@@ -218,3 +207,25 @@ def test_cli_config_builds_the_same_objects_as_hydra(name, tmp_path):
     )
     assert describe(cli.model, cli.datamodule) == hydra_side
     assert vars(cli.config_init["warm_start"]) == vars(instantiate(cfg.warm_start))
+
+
+def test_every_rollout_setting_has_one_default_in_the_class_and_the_config():
+    """`conf/rollout/async.yaml` lists every field of `RolloutConfig` with the class's own default,
+    and nothing else: a Python user and a Hydra user start from the same settings."""
+    raw = OmegaConf.to_container(OmegaConf.load(Path(CONFIG_DIR) / "rollout" / "async.yaml"))
+    assert raw.pop("_target_") == "lit_asyncrl.rollout.rollout_config.RolloutConfig"
+    assert raw == {field.name: field.default for field in dataclasses.fields(RolloutConfig)}
+    assert RolloutConfig(**raw) == RolloutConfig()
+
+
+def test_the_datamodule_takes_the_rollout_settings_whole():
+    """No key of `rollout.*` is forwarded one by one: `data` names the settings object and the service factory."""
+    data = OmegaConf.to_container(OmegaConf.load(Path(CONFIG_DIR) / "train.yaml")["data"], resolve=False)
+    assert data == {
+        "_target_": "lit_asyncrl.datamodule.RolloutDataModule",
+        "model_path": "${model.path}",
+        "env": "${env}",
+        "rollout": "${rollout}",
+        "seed": "${seed}",
+        "service": {"_target_": "lit_asyncrl.rollout.vllm_service_factory.VLLMServiceFactory"},
+    }

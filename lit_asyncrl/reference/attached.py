@@ -15,7 +15,7 @@ from lit_asyncrl.trainer_callbacks.find import rollouts_of
 class InterruptSyncReference(ReferenceSource):
     """pi_old scored before each version disappears (`asyncrl_callbacks.InterruptionSync`).
 
-    Needs `data.weight_sync_every=1` (checked when the fit starts): the engine's version must be
+    Needs `rollout.weight_sync_every=1` (checked when the fit starts): the engine's version must be
     the trainer's weights at every optimizer step, or tokens of a version would be sampled after
     its weights are gone. A token that could not be scored under its own version carries NaN,
     which the loss masks and counts (`train/nonfinite_tokens`).
@@ -46,7 +46,9 @@ class _RequireSyncEveryStep(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         rollouts = rollouts_of(trainer, "reference=interrupt_sync")
         if rollouts.weight_sync_every != 1:
-            raise ValueError(f"reference=interrupt_sync needs {config_key('data.weight_sync_every')}=1, got {rollouts.weight_sync_every}")
+            raise ValueError(
+                f"reference=interrupt_sync needs {config_key('rollout.weight_sync_every')}=1, got {rollouts.weight_sync_every}"
+            )
         self.interruption.rollouts = rollouts
 
 

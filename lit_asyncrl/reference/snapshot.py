@@ -23,7 +23,7 @@ class SnapshotReference(ReferenceSource):
 
     Args:
         max_staleness: versions kept behind the newest; None = the rollout service's staleness cap
-            (`data.max_version_gap`), so every version a trainable token may carry stays resident.
+            (`rollout.max_version_gap`), so every version a trainable token may carry stays resident.
             A value below that cap is refused.
         max_resident, max_bytes, storage_dtype: the snapshot budget (see `SnapshotRetention`).
     """
@@ -67,13 +67,13 @@ class SnapshotReference(ReferenceSource):
         window = self.max_staleness if self.max_staleness is not None else max_version_gap
         if self.max_staleness is not None and self.max_staleness < max_version_gap:
             raise ValueError(
-                f"reference.max_staleness={self.max_staleness} is below {config_key('data.max_version_gap')}={max_version_gap}: tokens of "
+                f"reference.max_staleness={self.max_staleness} is below {config_key('rollout.max_version_gap')}={max_version_gap}: tokens of "
                 "the oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
         if self.max_resident is not None and self.max_resident < window + 1:
             raise ValueError(
                 f"reference.max_resident={self.max_resident} cannot hold the {window + 1} versions a token may come from "
-                f"(versions up to {window} behind, {config_key('data.max_version_gap')}={max_version_gap}): set it >= {window + 1} or null"
+                f"(versions up to {window} behind, {config_key('rollout.max_version_gap')}={max_version_gap}): set it >= {window + 1} or null"
             )
 
     def bind(self, rollouts: RolloutService) -> None:
@@ -83,7 +83,7 @@ class SnapshotReference(ReferenceSource):
             self._retention.set_max_staleness(cap)
         elif self.max_staleness < cap:
             raise ValueError(
-                f"reference max_staleness={self.max_staleness} is below {config_key('data.max_version_gap')}={cap}: tokens of the "
+                f"reference max_staleness={self.max_staleness} is below {config_key('rollout.max_version_gap')}={cap}: tokens of the "
                 "oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
         self._rollouts = rollouts

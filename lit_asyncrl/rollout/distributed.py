@@ -24,7 +24,7 @@ def check_batch_splits(groups_per_batch: int, world_size: int) -> None:
     """Every rank trains on the same number of whole groups: refuse a global batch that does not split."""
     if world_size > 1 and groups_per_batch % world_size != 0:
         raise ValueError(
-            f"{config_key('data.groups_per_batch')}={groups_per_batch} is the global batch and must split into "
+            f"{config_key('rollout.groups_per_batch')}={groups_per_batch} is the global batch and must split into "
             f"whole groups over the {world_size} training processes (trainer.devices x trainer.num_nodes): "
             f"use a multiple of {world_size}"
         )
@@ -86,7 +86,7 @@ class RankZeroRollouts:
     def is_host(self) -> bool:
         return self.rank == 0
 
-    def configure(self, world_size: int, rank: int, weight_transfer: str) -> RankZeroRollouts:
+    def configure(self, world_size: int, rank: int) -> RankZeroRollouts:
         return self  # configured when it was made
 
     def state_dict(self) -> dict:

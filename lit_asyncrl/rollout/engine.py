@@ -160,7 +160,7 @@ class VLLMEngine(EngineLoop):
         if stalled_s > self.config.stall_timeout_s:
             return (
                 f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
-                f"(stall timeout {self.config.stall_timeout_s:g} s, {config_key('data.engine_stall_timeout_s')})"
+                f"(stall timeout {self.config.stall_timeout_s:g} s, {config_key('rollout.engine_stall_timeout_s')})"
             )
         return None
 

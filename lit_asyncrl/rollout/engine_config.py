@@ -61,11 +61,11 @@ def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
     sizes = {"tensor_parallel_size": config.tensor_parallel_size, "data_parallel_size": config.data_parallel_size}
     for key, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"{config_key('data.' + key)} must be an integer >= 1, got {size!r}")
+            raise ValueError(f"{config_key('rollout.' + key)} must be an integer >= 1, got {size!r}")
     if device_type == "cpu" and (config.tensor_parallel_size, config.data_parallel_size) != (1, 1):
         raise ValueError(
-            f"{config_key('data.tensor_parallel_size')}={config.tensor_parallel_size} and {config_key('data.data_parallel_size')}={config.data_parallel_size}: "
-            f"vLLM's parallelism inside an engine needs GPUs; on CPU use {config_key('data.num_engines')} for more engines"
+            f"{config_key('rollout.tensor_parallel_size')}={config.tensor_parallel_size} and {config_key('rollout.data_parallel_size')}={config.data_parallel_size}: "
+            f"vLLM's parallelism inside an engine needs GPUs; on CPU use {config_key('rollout.num_engines')} for more engines"
         )
     return sizes
 

@@ -169,7 +169,7 @@ class RolloutProducer:
         if self.episodes_without_policy_tokens >= NO_PROGRESS_EPISODES:
             raise NoProgressError(
                 f"the last {self.episodes_without_policy_tokens} episodes ended without a single agent token: nothing "
-                f"can be trained (the prompt fills the context, {config_key('data.max_model_len')}, or the environment ends episodes "
+                f"can be trained (the prompt fills the context, {config_key('rollout.max_model_len')}, or the environment ends episodes "
                 "before the agent's first turn)"
             )
         window = self.recent_failures
@@ -177,7 +177,7 @@ class RolloutProducer:
             reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.env_failures.items()))
             raise EnvironmentFailureRateError(
                 f"{sum(window)} of the last {len(window)} episodes failed in the environment, above "
-                f"{config_key('data.env_failure_limit')}={self.env_failure_limit} (so far {reasons}); last error: {self.last_env_failure}"
+                f"{config_key('rollout.env_failure_limit')}={self.env_failure_limit} (so far {reasons}); last error: {self.last_env_failure}"
             )
 
     async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:

@@ -32,10 +32,16 @@ A mixture of tasks (`TaskMix`) adds, in training and evaluation batches alike:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from lit_asyncrl.envs.base import Environment
+    from lit_asyncrl.rollout.rollout_config import RolloutConfig
 
 #: `score_fn(input_ids [b, T], attention_mask [b, T]) -> logits [b, T, V]`: the weights to score with.
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -60,10 +66,9 @@ class RolloutService(Protocol):
     #: Advantage groups in one training batch, over all training processes together.
     groups_per_batch: int
 
-    def configure(self, world_size: int, rank: int, weight_transfer: str) -> RolloutService:
-        """The service as training process `rank` of `world_size` uses it, weights sent by route
-        `weight_transfer` (`weight_transfer.select_weight_transfer`); called once the trainer's
-        world size is known, before `start`. Several processes share one service (on rank 0)."""
+    def configure(self, world_size: int, rank: int) -> RolloutService:
+        """The service as training process `rank` of `world_size` uses it; called once the
+        trainer's world size is known, before `start`. Several processes share one service (on rank 0)."""
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps of the service (its accounting: produced = trained + dropped + pending)."""
@@ -114,3 +119,16 @@ class RolloutService(Protocol):
 
     def close(self) -> None:
         """Stop everything the service started (engine, threads, worker processes, temp files)."""
+
+
+class ServiceFactory(ABC):
+    """Builds the rollout service a run trains from (`data.service` in the configs).
+
+    A second implementation of `RolloutService` is a subclass whose `build` returns it, named in the
+    config (`data.service._target_` in Hydra, `data.service.class_path` in the Lightning CLI);
+    nothing else changes. `build` only checks and prepares: nothing starts before `start`.
+    """
+
+    @abstractmethod
+    def build(self, model_path: str | Path, env: Environment, rollout: RolloutConfig, seed: int) -> RolloutService:
+        """The service for the model folder `model_path`, the task `env` and the settings `rollout`."""

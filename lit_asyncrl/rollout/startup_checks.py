@@ -30,6 +30,6 @@ def check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, 
     episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
     if len(opening.token_ids) >= max_model_len:
         raise ValueError(
-            f"{config_key('data.max_model_len')}={max_model_len} leaves no room for the agent: the first prompt of {type(env).__name__} "
+            f"{config_key('rollout.max_model_len')}={max_model_len} leaves no room for the agent: the first prompt of {type(env).__name__} "
             f"is already {len(opening.token_ids)} tokens"
         )

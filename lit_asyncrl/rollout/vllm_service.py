@@ -2,34 +2,35 @@
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel, ProcessWorker
+from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.episode_format import episode_formats_for
 from lit_asyncrl.rollout.frozen_engines import start_frozen_engine
 from lit_asyncrl.rollout.held_out import HeldOutEvaluator
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
+from lit_asyncrl.rollout.placement import placement_factories
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
+from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.rollout_stats import rollout_stats
 from lit_asyncrl.rollout.routing import LeastLoadedRouter
 from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
 from lit_asyncrl.rollout.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
+from lit_asyncrl.rollout.weight_transfer import select_weight_transfer, trainer_device_type
 from lit_asyncrl.text import pad_token_id
 
 
@@ -47,67 +48,30 @@ class VLLMRolloutService:
 
     Args:
         model_path: a local Hugging Face model folder the engines serve.
-        env: the task; episodes of one instance form a group of `group_size` (GRPO advantages).
-        groups_per_batch: groups per training batch (B = groups_per_batch * group_size episodes).
-        max_version_gap: groups with a token more than this many versions behind are dropped.
-        buffer_capacity: most episodes pending or being generated; the engines wait beyond it.
-        max_concurrent_groups: groups generated at once, over all engines.
-        mode: "async" (generation never waits for training) or "sync" (one batch per version).
-        weight_sync_every: push weights to the engines every this many versions.
-        temperature, top_k: sampling; the trainer scores with the same values (they ride in the batch).
-        engine_config: the vLLM engines' settings.
-        seed: task instances are drawn from this seed.
+        env: the task; episodes of one instance form a group of `rollout.group_size` (GRPO advantages).
+        rollout: every rollout setting (`RolloutConfig`: batches, engines, evaluation, failures, placement).
+        seed: task instances are drawn from this seed (and each engine samples from it).
         liveness_poll_s: how often a waiting `next_batch` checks that every part is alive.
-        env_failure_limit, env_failure_window: the run stops when more than this share of the last
-            `env_failure_window` episodes failed in the environment (raised, malformed answer, timeout).
-        engine_restarts: how many times a dead (or stalled) engine is replaced by a new one serving
-            the latest published weights and version before the run stops; 0 = stop at once.
-        num_engines: vLLM engines generating side by side (each a process with its own weights).
-        engine_factory: makes each engine from the model folder and `engine_config`: `VLLMEngine`
-            (in this process) or a `RayEngine` partial (in a Ray actor, `lit_asyncrl.rollout.ray_engine`).
-        old_logit_worker_factory: starts the dedicated old-logit worker from the model folder and a
-            thread count: `ProcessWorker` (a process here) or a `RayWorker` partial (a Ray actor).
     """
 
     def __init__(
-        self,
-        model_path: str | Path,
-        env: Environment,
-        *,
-        group_size: int,
-        groups_per_batch: int,
-        max_version_gap: int,
-        buffer_capacity: int,
-        max_concurrent_groups: int,
-        mode: Literal["async", "sync"],
-        weight_sync_every: int,
-        temperature: float,
-        top_k: int,
-        engine_config: EngineConfig,
-        seed: int,
-        liveness_poll_s: float = 0.5,
-        env_failure_limit: float = 0.5,
-        env_failure_window: int = 64,
-        engine_restarts: int = 0,
-        num_engines: int = 1,
-        engine_factory: Callable[[str, EngineConfig], Engine] = VLLMEngine,
-        old_logit_worker_factory: Callable[[str, int], Any] = ProcessWorker,
+        self, model_path: str | Path, env: Environment, rollout: RolloutConfig, *, seed: int, liveness_poll_s: float = 0.5
     ) -> None:
         from transformers import AutoTokenizer
 
-        if isinstance(num_engines, bool) or not isinstance(num_engines, int) or num_engines < 1:
-            raise ValueError(f"{config_key('data.num_engines')} must be an integer >= 1, got {num_engines!r}")
-        self.model_path, self.env = str(model_path), env
-        self.group_size, self.groups_per_batch = group_size, groups_per_batch
-        self.max_version_gap, self.weight_sync_every = max_version_gap, weight_sync_every
-        self.max_concurrent_groups, self.mode = max_concurrent_groups, mode
-        self.temperature, self.top_k = temperature, top_k
-        self.engine_config, self.seed = engine_config, seed
-        self.num_engines, self.engine_factory = num_engines, engine_factory
-        self.old_logit_worker_factory = old_logit_worker_factory
+        self.model_path, self.env, self.rollout = str(model_path), env, rollout
+        self.group_size, self.groups_per_batch = rollout.group_size, rollout.groups_per_batch
+        self.max_version_gap, self.weight_sync_every = rollout.max_version_gap, rollout.weight_sync_every
+        self.temperature, self.top_k = rollout.temperature, rollout.top_k
+        self.num_engines, self.seed = rollout.num_engines, seed
+        # One trainer process assumed until `configure` says otherwise, so that a route this
+        # machine cannot take is refused now, before anything starts.
+        self.engine_config = self._engine_config(trainer_processes=1)
+        if rollout.placement == "local":  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
+            parallelism_args(self.engine_config, trainer_device_type())
+        self.engine_factory, self.old_logit_worker_factory = placement_factories(rollout)
         self.liveness_poll_s = liveness_poll_s
-        self.env_failure_limit, self.env_failure_window = env_failure_limit, env_failure_window
-        self.max_engine_restarts, self.engine_restarts = engine_restarts, 0
+        self.max_engine_restarts, self.engine_restarts = rollout.engine_restarts, 0
         self._weights: Mapping[str, torch.Tensor] = {}
         self._version, self._train = 0, True
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
@@ -118,22 +82,26 @@ class VLLMRolloutService:
         self.pad_id = pad_token_id(self.tokenizer)
         check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
-            check_context_holds_a_turn(task, self.episode_formats[name], engine_config.max_model_len, seed)
-        self.buffer = RolloutBuffer(buffer_capacity, max_version_gap)
-        self.evaluator = HeldOutEvaluator(env, self.episode_formats, temperature, top_k, engine_config.max_model_len, self.task_names)
+            check_context_holds_a_turn(task, self.episode_formats[name], rollout.max_model_len, seed)
+        self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap)
+        self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
         #: One engine and one producer per lane (None before `start` and after `close`).
-        self.engines: list[Engine | None] = [None] * num_engines
-        self.producers: list[RolloutProducer | None] = [None] * num_engines
+        self.engines: list[Engine | None] = [None] * self.num_engines
+        self.producers: list[RolloutProducer | None] = [None] * self.num_engines
         #: Engines launched by `launch_early`, taken over by `start`.
-        self._early_engines: list[Engine | None] = [None] * num_engines
+        self._early_engines: list[Engine | None] = [None] * self.num_engines
         self._group_ids = itertools.count()
         self.router = LeastLoadedRouter()
         self.dedicated: DedicatedOldLogitModel | None = None
         self._use_dedicated = False
 
-    def configure(self, world_size: int, rank: int, weight_transfer: str) -> RolloutService:
+    def _engine_config(self, trainer_processes: int) -> EngineConfig:
+        route = select_weight_transfer(self.rollout.weight_transfer, trainer_device_type(), self.rollout.placement, trainer_processes)
+        return self.rollout.engine_config(self.seed, route)
+
+    def configure(self, world_size: int, rank: int) -> RolloutService:
         """With several training processes, rank 0's service serves them all (`RankZeroRollouts`)."""
-        self.engine_config = dataclasses.replace(self.engine_config, weight_transfer=weight_transfer)
+        self.engine_config = self._engine_config(trainer_processes=world_size)
         if world_size == 1:
             return self
         check_batch_splits(self.groups_per_batch, world_size)
@@ -160,7 +128,7 @@ class VLLMRolloutService:
             raise RuntimeError("use_old_logit_worker() must be called before start()")
         if self.num_engines != 1:
             # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
-            raise ValueError(f"reference=dedicated runs with {config_key('data.num_engines')}=1, got {self.num_engines}")
+            raise ValueError(f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, got {self.num_engines}")
         self._use_dedicated = True
 
     def launch_early(self) -> None:
@@ -219,16 +187,16 @@ class VLLMRolloutService:
             self.episode_formats,
             self.buffer,
             group_size=self.group_size,
-            max_concurrent_groups=_share(self.max_concurrent_groups, lane, self.num_engines, minimum=1),
+            max_concurrent_groups=_share(self.rollout.max_concurrent_groups, lane, self.num_engines, minimum=1),
             temperature=self.temperature,
             top_k=self.top_k,
             max_context=self.engine_config.max_model_len,
             # Each lane, and each restart, draws other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane,
-            groups_per_version=_share(self.groups_per_batch, lane, self.num_engines) if self.mode == "sync" else None,
+            groups_per_version=_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
             old_logit_model=self.dedicated,
-            env_failure_limit=self.env_failure_limit,
-            env_failure_window=self.env_failure_window,
+            env_failure_limit=self.rollout.env_failure_limit,
+            env_failure_window=self.rollout.env_failure_window,
             group_ids=self._group_ids,
             admits=lambda: self.router.admits(lane),
         )
@@ -268,7 +236,7 @@ class VLLMRolloutService:
         self.engine_restarts += 1
         warnings.warn(
             f"the vLLM engine{self._engine_name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
-            f"(restart {self.engine_restarts} of {config_key('data.engine_restarts')}={self.max_engine_restarts}; {lost} episodes in flight lost)",
+            f"(restart {self.engine_restarts} of {config_key('rollout.engine_restarts')}={self.max_engine_restarts}; {lost} episodes in flight lost)",
             stacklevel=2,
         )
         self.engines[lane] = None
@@ -315,7 +283,7 @@ class VLLMRolloutService:
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
-                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('data.batch_timeout_s')} "
+                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('rollout.batch_timeout_s')} "
                         f"if generation is this slow); rollout stats: {self.stats()}"
                     ) from None
         trajectories = [t for group in groups for t in group]
@@ -327,7 +295,7 @@ class VLLMRolloutService:
         return batch
 
     def _restart_or_raise_if_dead(self) -> None:
-        """A dead engine is replaced while `data.engine_restarts` allows; any other failure is raised."""
+        """A dead engine is replaced while `rollout.engine_restarts` allows; any other failure is raised."""
         for lane, engine in enumerate(self.engines):
             reason = engine.dead_reason() if engine is not None else None
             if reason is not None and self._may_restart():

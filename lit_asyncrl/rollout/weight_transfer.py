@@ -26,6 +26,11 @@ WEIGHT_TRANSFERS = ("auto", "file", "gloo", "nccl", "ipc")
 _GPU_ONLY = ("nccl", "ipc")
 
 
+def trainer_device_type() -> str:
+    """Where the trainer's tensors live: "cuda" where a GPU is visible, else "cpu"."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def select_weight_transfer(requested: str, device_type: str, placement: str, trainer_processes: int) -> str:
     """The route for `rollout.weight_transfer=requested`, or a ValueError naming what to change.
 
@@ -33,25 +38,25 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
     `trainer_processes` the trainer's world size (only rank 0 pushes weights; see distributed.py).
     """
     if requested not in WEIGHT_TRANSFERS:
-        raise ValueError(f"{config_key('data.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}")
+        raise ValueError(f"{config_key('rollout.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}")
     if requested == "auto":
         if device_type != "cuda":
             return "file"
         return "ipc" if placement == "local" and trainer_processes == 1 else "nccl"
     if requested in _GPU_ONLY and device_type != "cuda":
         raise ValueError(
-            f"{config_key('data.weight_transfer')}={requested} needs CUDA GPUs (this machine's vLLM platform is {device_type!r}); use gloo or file"
+            f"{config_key('rollout.weight_transfer')}={requested} needs CUDA GPUs (this machine's vLLM platform is {device_type!r}); use gloo or file"
         )
     if requested == "ipc" and placement != "local":
         raise ValueError(
-            f"{config_key('data.weight_transfer')}=ipc shares the trainer's GPU memory with an engine on the same machine; "
-            f"with {config_key('data.placement')}=ray use nccl"
+            f"{config_key('rollout.weight_transfer')}=ipc shares the trainer's GPU memory with an engine on the same machine; "
+            f"with {config_key('rollout.placement')}=ray use nccl"
         )
     if requested == "ipc" and trainer_processes > 1:
         # vLLM's IPC sender all-gathers handles from every process of the default group, but the
         # engines here are fed by rank 0 alone: the other ranks would never join that gather.
         raise ValueError(
-            f"{config_key('data.weight_transfer')}=ipc with {trainer_processes} trainer processes: only rank 0 pushes weights here; use nccl"
+            f"{config_key('rollout.weight_transfer')}=ipc with {trainer_processes} trainer processes: only rank 0 pushes weights here; use nccl"
         )
     return requested
 

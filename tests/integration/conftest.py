@@ -5,6 +5,7 @@ import pytest
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 from tests.integration.runs import SMALL_KV_CACHE_GIB
 
@@ -42,18 +43,13 @@ def engine(tiny_model_path):
 
 def small_async_service(model_path, env) -> VLLMRolloutService:
     """An async rollout service of 4 groups of 4 episodes on one fp32 engine (not started)."""
-    return VLLMRolloutService(
-        model_path,
-        env,
+    settings = RolloutConfig(
         group_size=4,
         groups_per_batch=4,
         max_version_gap=3,
         buffer_capacity=16,
         max_concurrent_groups=4,
-        mode="async",
-        weight_sync_every=1,
-        temperature=1.0,
-        top_k=-1,
-        engine_config=EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES),
-        seed=0,
+        max_model_len=256,
+        kv_cache_gib=SMALL_KV_CACHE_GIB,
     )
+    return VLLMRolloutService(model_path, env, settings, seed=0)

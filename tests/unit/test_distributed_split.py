@@ -53,7 +53,7 @@ def test_split_refuses_a_group_spread_over_the_batch():
 def test_a_global_batch_that_does_not_split_is_refused_naming_the_keys():
     check_batch_splits(groups_per_batch=4, world_size=2)
     check_batch_splits(groups_per_batch=3, world_size=1)
-    with pytest.raises(ValueError, match=r"data.groups_per_batch=6 .* 4 training processes .* multiple of 4"):
+    with pytest.raises(ValueError, match=r"rollout.groups_per_batch=6 .* 4 training processes .* multiple of 4"):
         check_batch_splits(groups_per_batch=6, world_size=4)
 
 

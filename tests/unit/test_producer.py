@@ -18,11 +18,11 @@ import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.engine_config import EngineConfig
 from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.episode_format import PlainFormat
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory
+from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.service import RolloutServiceError
 from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
 from tests.unit.conftest import BOS, EOS, LETTER_A, QUESTION, SEMI  # noqa: E402 (ids the hand values use)
@@ -133,22 +133,15 @@ def holds_for(predicate, duration_s: float = 0.3) -> bool:
 
 
 def make_service(model_path, *, max_version_gap: int = 3, buffer_capacity: int = 8, liveness_poll_s: float = 0.5) -> VLLMRolloutService:
-    return VLLMRolloutService(
-        model_path,
-        GuessNumberEnv(),
+    settings = RolloutConfig(
         group_size=2,
         groups_per_batch=1,
         max_version_gap=max_version_gap,
         buffer_capacity=buffer_capacity,
         max_concurrent_groups=2,
-        mode="async",
-        weight_sync_every=1,
-        temperature=1.0,
-        top_k=-1,
-        engine_config=EngineConfig(),
-        seed=0,
-        liveness_poll_s=liveness_poll_s,
+        max_model_len=256,
     )
+    return VLLMRolloutService(model_path, GuessNumberEnv(), settings, seed=0, liveness_poll_s=liveness_poll_s)
 
 
 # -- (a) the sync quota ------------------------------------------------------------------------
@@ -418,7 +411,7 @@ def test_a_failure_rate_above_the_limit_stops_the_run_naming_counts_and_the_last
     wait_for(lambda: producer.error is not None, "the failure-rate stop")
     producer.stop()
     message = str(producer.error)
-    assert "of the last 4 episodes failed in the environment, above data.env_failure_limit=0.4" in message
+    assert "of the last 4 episodes failed in the environment, above rollout.env_failure_limit=0.4" in message
     assert "env_error:" in message and "simulated user went away" in message
     assert buffer.accounting_holds()
 

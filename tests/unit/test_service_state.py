@@ -2,8 +2,9 @@
 checkpoint written before the service had one (`rollout_accounting`) still resumes."""
 
 from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.rollout.rollout_config import RolloutConfig
 
-SMALL = {"groups_per_batch": 4, "group_size": 2, "buffer_capacity": 16}
+SMALL = {"rollout": RolloutConfig(groups_per_batch=4, group_size=2, buffer_capacity=16)}
 
 
 def datamodule_after_a_run() -> RolloutDataModule:

@@ -46,7 +46,7 @@ class FakeRollouts:
     def launch_early(self) -> None:
         self.calls.append(("launch_early",))
 
-    def configure(self, world_size, rank, weight_transfer):
+    def configure(self, world_size, rank):
         return self
 
     def state_dict(self) -> dict:

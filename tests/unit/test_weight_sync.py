@@ -34,7 +34,7 @@ class FakeRollouts:
         self.starts: list[tuple[int, dict[str, torch.Tensor]]] = []
         self.publishes: list[tuple[int, dict[str, torch.Tensor]]] = []
 
-    def configure(self, world_size, rank, weight_transfer):
+    def configure(self, world_size, rank):
         return self
 
     def state_dict(self) -> dict:

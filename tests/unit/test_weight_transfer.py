@@ -34,12 +34,12 @@ def test_the_route_each_configuration_selects(requested, device, placement, proc
             "cpu",
             "local",
             1,
-            r"data.weight_transfer=nccl needs CUDA GPUs \(this machine's vLLM platform is 'cpu'\); use gloo or file",
+            r"rollout.weight_transfer=nccl needs CUDA GPUs \(this machine's vLLM platform is 'cpu'\); use gloo or file",
         ),
-        ("ipc", "cpu", "local", 1, r"data.weight_transfer=ipc needs CUDA GPUs"),
-        ("ipc", "cuda", "ray", 1, r"with data.placement=ray use nccl"),
-        ("ipc", "cuda", "local", 2, r"data.weight_transfer=ipc with 2 trainer processes: only rank 0 pushes weights here; use nccl"),
-        ("shm", "cpu", "local", 1, r"data.weight_transfer='shm': choose one of auto, file, gloo, nccl, ipc"),
+        ("ipc", "cpu", "local", 1, r"rollout.weight_transfer=ipc needs CUDA GPUs"),
+        ("ipc", "cuda", "ray", 1, r"with rollout.placement=ray use nccl"),
+        ("ipc", "cuda", "local", 2, r"rollout.weight_transfer=ipc with 2 trainer processes: only rank 0 pushes weights here; use nccl"),
+        ("shm", "cpu", "local", 1, r"rollout.weight_transfer='shm': choose one of auto, file, gloo, nccl, ipc"),
     ],
 )
 def test_impossible_routes_are_refused_naming_the_key(requested, device, placement, processes, message):
