@@ -27,7 +27,7 @@ from typing_extensions import override
 from lit_asyncrl.gap_stats import abs_stats_by_gap, fraction_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy
 from lit_asyncrl.reference.snapshot import SnapshotReference
-from lit_asyncrl.trainer_callbacks.find import rollouts_of
+from lit_asyncrl.rollout.service import RolloutService
 
 
 class _ShadowRetention(SnapshotRetention):
@@ -40,20 +40,11 @@ class _ShadowRetention(SnapshotRetention):
         return self._generate_state_key(role="fidelity_shadow", module_attr=self.module_attr)
 
 
-class _BindShadow(L.Callback):
-    """Binds the shadow to the datamodule's rollout service (its staleness cap, its live versions);
-    without one (a DataModule of ready-made batches) it keeps the last `fallback_window` versions."""
+class _ShadowSnapshots(SnapshotReference):
+    """A snapshot reference whose snapshots are the shadow's own (`_ShadowRetention`)."""
 
-    def __init__(self, exact: SnapshotReference, fallback_window: int) -> None:
-        self.exact, self.fallback_window = exact, fallback_window
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        rollouts = rollouts_of(trainer, "fidelity", required=False)
-        if rollouts is not None:
-            self.exact.bind(rollouts)
-        else:
-            self.exact.retention.set_max_staleness(self.fallback_window)
+    def make_retention(self) -> SnapshotRetention:
+        return _ShadowRetention(max_staleness=None, module_attr="policy", log_metrics=False)
 
 
 class ReferenceFidelity:
@@ -65,14 +56,20 @@ class ReferenceFidelity:
     """
 
     def __init__(self, fallback_window: int = 8) -> None:
-        self.exact = SnapshotReference()
-        # Swapped in rather than a constructor argument: SnapshotReference's arguments are config
-        # keys (Hydra, Lightning CLI), and a callback object is not one.
-        self.exact._retention = _ShadowRetention(max_staleness=None, module_attr="policy", log_metrics=False)
-        self._binding = _BindShadow(self.exact, fallback_window)
+        self.exact: SnapshotReference = _ShadowSnapshots()
+        self.fallback_window = fallback_window
 
     def callbacks(self) -> list[L.Callback]:
-        return [self._binding, self.exact.retention]
+        return [self.exact.retention]
+
+    def bind(self, rollouts: RolloutService | None) -> None:
+        """Follow the rollout service's staleness cap and live versions (called once per fit by the
+        module, like `ReferenceSource.bind`); without one (a DataModule of ready-made batches) keep
+        the last `fallback_window` versions."""
+        if rollouts is not None:
+            self.exact.bind(rollouts)
+        else:
+            self.exact.retention.set_max_staleness(self.fallback_window)
 
     def metrics(self, loss_fn: LossStrategy, inputs: LossInputs, applied_mask: torch.Tensor, batch: dict, version: int) -> dict[str, float]:
         """The `fidelity/*` metrics of one training batch.

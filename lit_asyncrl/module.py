@@ -89,6 +89,16 @@ class AsyncRLModule(L.LightningModule):
         trainable = [parameter for parameter in self.policy.parameters() if parameter.requires_grad]
         return torch.optim.AdamW(trainable, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
 
+    def setup(self, stage: str) -> None:
+        # After the datamodule's set-up (which configures its service) and the callbacks', before
+        # training starts: the reference sources get the rollout service, once per fit.
+        from lit_asyncrl.trainer_callbacks.find import rollouts_of
+
+        rollouts = rollouts_of(self.trainer, "the module", required=False)
+        self.reference.bind(rollouts)
+        if self.fidelity is not None:
+            self.fidelity.bind(rollouts)
+
     def configure_callbacks(self) -> list[L.Callback]:
         from lit_asyncrl.lifecycle import SigtermStaysOurs
         from lit_asyncrl.trainer_callbacks import EngineWeightSync, RolloutStatsLogger

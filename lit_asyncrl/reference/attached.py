@@ -5,11 +5,10 @@ from __future__ import annotations
 import lightning as L
 import torch
 from asyncrl_callbacks import InterruptionSync
-from typing_extensions import override
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.reference.base import ReferenceSource
-from lit_asyncrl.trainer_callbacks.find import rollouts_of
+from lit_asyncrl.rollout.service import OldLogitWorkerHost, RolloutService, require_service
 
 
 class InterruptSyncReference(ReferenceSource):
@@ -24,11 +23,18 @@ class InterruptSyncReference(ReferenceSource):
     exact = True
 
     def __init__(self) -> None:
+        # It finds the datamodule's rollout service itself, at its own set-up.
         self._interruption = InterruptionSync(module_attr="policy")
-        self._check = _RequireSyncEveryStep(self._interruption)
 
     def callbacks(self) -> list[L.Callback]:
-        return [self._check, self._interruption]
+        return [self._interruption]
+
+    def bind(self, rollouts: RolloutService | None) -> None:
+        rollouts = require_service(rollouts, "reference=interrupt_sync")
+        if rollouts.weight_sync_every != 1:
+            raise ValueError(
+                f"reference=interrupt_sync needs {config_key('rollout.weight_sync_every')}=1, got {rollouts.weight_sync_every}"
+            )
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         # Tokens of the version being trained were sampled after the last interruption; their
@@ -38,40 +44,25 @@ class InterruptSyncReference(ReferenceSource):
         return torch.where(torch.isnan(old_logprobs) & of_current_version, current_logprobs.detach(), old_logprobs)
 
 
-class _RequireSyncEveryStep(L.Callback):
-    def __init__(self, interruption: InterruptionSync) -> None:
-        self.interruption = interruption
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        rollouts = rollouts_of(trainer, "reference=interrupt_sync")
-        if rollouts.weight_sync_every != 1:
-            raise ValueError(
-                f"reference=interrupt_sync needs {config_key('rollout.weight_sync_every')}=1, got {rollouts.weight_sync_every}"
-            )
-        self.interruption.rollouts = rollouts
-
-
 class DedicatedReference(ReferenceSource):
     """pi_old from a dedicated old-logit model: a worker process that holds the engine's version.
 
     It scores finished groups before they enter the buffer and, at each weight push, the partial
     turns of the outgoing version, overlapping with training. A token it could not score under its
-    own version carries NaN, which the loss masks and counts (`train/nonfinite_tokens`).
+    own version carries NaN, which the loss masks and counts (`train/nonfinite_tokens`). Needs a
+    rollout service that can host the worker (`OldLogitWorkerHost`).
     """
 
     exact = True
 
-    def callbacks(self) -> list[L.Callback]:
-        return [_RequestDedicatedWorker()]
+    def bind(self, rollouts: RolloutService | None) -> None:
+        rollouts = require_service(rollouts, "reference=dedicated")
+        if not isinstance(rollouts, OldLogitWorkerHost):
+            raise TypeError(
+                f"reference=dedicated needs a rollout service that hosts an old-logit worker (`use_old_logit_worker`); "
+                f"{type(rollouts).__name__} does not"
+            )
+        rollouts.use_old_logit_worker()
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         return batch["old_logprobs"]
-
-
-class _RequestDedicatedWorker(L.Callback):
-    """Asks the rollout service for the dedicated old-logit worker before rollouts start."""
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        rollouts_of(trainer, "reference=dedicated").use_old_logit_worker()

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import lightning as L
 import torch
+
+if TYPE_CHECKING:
+    from lit_asyncrl.rollout.service import RolloutService
 
 
 class ReferenceSource(abc.ABC):
@@ -14,8 +17,8 @@ class ReferenceSource(abc.ABC):
 
     A base class rather than a Protocol so that the Lightning CLI takes any subclass as
     `class_path` + `init_args` (and Hydra as `_target_`). A source that keeps state across steps
-    (snapshots, an EWMA) or needs the rollout service does it in Lightning callbacks, which
-    `callbacks()` hands to the module's `configure_callbacks`.
+    (snapshots, an EWMA) does it in Lightning callbacks, which `callbacks()` hands to the module's
+    `configure_callbacks`; a source that needs the rollout service gets it through `bind`.
     """
 
     #: True when pi_ref is the exact training-side log-prob of each token's own version.
@@ -26,6 +29,13 @@ class ReferenceSource(abc.ABC):
 
     def callbacks(self) -> list[L.Callback]:
         return []
+
+    def bind(self, rollouts: RolloutService | None) -> None:
+        """Called once per fit, by the module's `setup` (after the datamodule's and the callbacks'
+        set-up, before training starts), with the datamodule's rollout service, or None when the
+        datamodule has none (ready-made batches). Check what the source needs of the service and
+        keep it; most sources need nothing."""
+        return None
 
     def check_rollout_settings(self, max_version_gap: int) -> None:
         """Refuse settings that cannot serve tokens up to `max_version_gap` versions old; called

@@ -5,13 +5,11 @@ from __future__ import annotations
 import lightning as L
 import torch
 from asyncrl_callbacks import SnapshotRetention
-from typing_extensions import override
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.reference.base import ReferenceSource
-from lit_asyncrl.rollout.service import RolloutService
+from lit_asyncrl.rollout.service import RolloutService, require_service
 from lit_asyncrl.scoring import logits_to_token_logprobs
-from lit_asyncrl.trainer_callbacks.find import rollouts_of
 
 
 class SnapshotReference(ReferenceSource):
@@ -36,11 +34,18 @@ class SnapshotReference(ReferenceSource):
         storage_dtype: str | None = None,
     ) -> None:
         self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = max_staleness, max_resident, max_bytes, storage_dtype
-        self._retention = SnapshotRetention(
-            max_staleness=max_staleness, module_attr="policy", max_resident=max_resident, max_bytes=max_bytes, storage_dtype=storage_dtype
-        )
-        self._binding = _BindRollouts(self)
+        self._retention = self.make_retention()
         self._rollouts: RolloutService | None = None
+
+    def make_retention(self) -> SnapshotRetention:
+        """The callback that keeps the snapshots (a subclass may keep them elsewhere)."""
+        return SnapshotRetention(
+            max_staleness=self.max_staleness,
+            module_attr="policy",
+            max_resident=self.max_resident,
+            max_bytes=self.max_bytes,
+            storage_dtype=self.storage_dtype,
+        )
 
     @property
     def retention(self) -> SnapshotRetention:
@@ -61,7 +66,7 @@ class SnapshotReference(ReferenceSource):
         return all(_holds_exactly(storage, dtype) for dtype in live)
 
     def callbacks(self) -> list[L.Callback]:
-        return [self._binding, self._retention]
+        return [self._retention]
 
     def check_rollout_settings(self, max_version_gap: int) -> None:
         window = self.max_staleness if self.max_staleness is not None else max_version_gap
@@ -76,8 +81,9 @@ class SnapshotReference(ReferenceSource):
                 f"(versions up to {window} behind, {config_key('rollout.max_version_gap')}={max_version_gap}): set it >= {window + 1} or null"
             )
 
-    def bind(self, rollouts: RolloutService) -> None:
+    def bind(self, rollouts: RolloutService | None) -> None:
         """Follow `rollouts`' staleness cap and ask it which versions are still alive."""
+        rollouts = require_service(rollouts, "reference=snapshot")
         cap = rollouts.max_version_gap
         if self.max_staleness is None:
             self._retention.set_max_staleness(cap)
@@ -110,14 +116,3 @@ def _holds_exactly(storage: torch.dtype, live: torch.dtype) -> bool:
         return True
     kept, original = torch.finfo(storage), torch.finfo(live)
     return kept.eps <= original.eps and kept.max >= original.max and kept.smallest_normal <= original.smallest_normal
-
-
-class _BindRollouts(L.Callback):
-    """Hands the datamodule's rollout service to the snapshot reference before training starts."""
-
-    def __init__(self, reference: SnapshotReference) -> None:
-        self.reference = reference
-
-    @override
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.reference.bind(rollouts_of(trainer, "reference=snapshot"))

@@ -76,9 +76,6 @@ class RolloutService(Protocol):
     def load_state_dict(self, state: dict) -> None:
         """Take back what `state_dict` gave, before `start`."""
 
-    def use_old_logit_worker(self) -> None:
-        """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""
-
     def launch_early(self) -> None:
         """Begin slow set-up (the engine's start) in the background, before `start`; may do nothing."""
 
@@ -119,6 +116,23 @@ class RolloutService(Protocol):
 
     def close(self) -> None:
         """Stop everything the service started (engine, threads, worker processes, temp files)."""
+
+
+@runtime_checkable
+class OldLogitWorkerHost(Protocol):
+    """A rollout service that can score pi_old in a dedicated worker (`reference=dedicated`)."""
+
+    def use_old_logit_worker(self) -> None:
+        """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""
+
+
+def require_service(rollouts: RolloutService | None, who: str) -> RolloutService:
+    """`rollouts`, or an error naming `who` when the fit has no rollout service."""
+    if rollouts is None:
+        raise TypeError(
+            f"{who} needs a rollout service: fit with a datamodule whose `rollouts` implements lit_asyncrl.rollout.service.RolloutService"
+        )
+    return rollouts
 
 
 class ServiceFactory(ABC):

@@ -1,0 +1,62 @@
+"""Reference sources get the rollout service through one contract, `ReferenceSource.bind`, which the
+module calls once per fit from its `setup` (no glue callbacks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_asyncrl.losses import DecoupledPPO
+from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.reference import DedicatedReference, InterruptSyncReference, SnapshotReference
+from tests.unit.lightning_helpers import make_trainer
+from tests.unit.test_training_step import FakeRollouts, ListDataModule, all_version, make_batch, own_logprobs
+
+
+class NoWorkerRollouts(FakeRollouts):
+    """A rollout service without the dedicated worker's switch."""
+
+    use_old_logit_worker = None  # type: ignore[assignment]
+
+
+def test_interrupt_sync_needs_a_service_that_pushes_every_step():
+    reference = InterruptSyncReference()
+    with pytest.raises(TypeError, match="^reference=interrupt_sync needs a rollout service"):
+        reference.bind(None)
+    every_second = FakeRollouts()
+    every_second.weight_sync_every = 2
+    with pytest.raises(ValueError, match=r"^reference=interrupt_sync needs rollout\.weight_sync_every=1, got 2$"):
+        reference.bind(every_second)
+    reference.bind(FakeRollouts())  # weight_sync_every=1: accepted
+
+
+def test_the_dedicated_worker_is_asked_of_a_service_that_hosts_one_and_refused_otherwise():
+    rollouts = FakeRollouts()
+    DedicatedReference().bind(rollouts)
+    assert rollouts.calls == [("use_old_logit_worker",)]
+    with pytest.raises(TypeError, match="^reference=dedicated needs a rollout service that hosts an old-logit worker"):
+        DedicatedReference().bind(NoWorkerRollouts())
+
+
+def test_the_snapshot_reference_follows_the_services_cap_or_refuses_to_run_without_one():
+    reference = SnapshotReference()
+    with pytest.raises(TypeError, match="^reference=snapshot needs a rollout service"):
+        reference.bind(None)
+    rollouts = FakeRollouts()  # max_version_gap = 3
+    reference.bind(rollouts)
+    assert reference.retention.store.max_staleness == 3
+
+
+@pytest.mark.parametrize("fidelity", [False, True])
+def test_the_module_binds_its_reference_and_its_shadow_once_per_fit(fidelity):
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=DecoupledPPO(), reference=DedicatedReference(), lr=1e-3, fidelity=fidelity)
+    batch = make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0], behavior=own_logprobs(module))
+    batch["old_logprobs"] = own_logprobs(module)  # what the dedicated worker would attach
+    rollouts = FakeRollouts()
+    make_trainer(1, []).fit(module, datamodule=ListDataModule([batch], rollouts))
+    # Asked once, at set-up, before the service started.
+    asked = [call[0] for call in rollouts.calls if call[0] in ("use_old_logit_worker", "start")]
+    assert asked == ["use_old_logit_worker", "start"]
+    if fidelity:  # the shadow follows the service's cap (3), not its fallback window (8)
+        assert module.fidelity.exact.retention.store.max_staleness == 3
