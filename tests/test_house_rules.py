@@ -66,9 +66,10 @@ def foreign_private_attributes(path: Path) -> set[str]:
     """`x._name` in `path` where `x` is not `self` or `cls`: another object's private attribute."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) and node.attr not in PUBLIC_UNDERSCORED:
-                found.add(node.attr)
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) and node.attr not in PUBLIC_UNDERSCORED:
+            found.add(node.attr)
     return found
 
 
