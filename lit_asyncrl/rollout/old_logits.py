@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.scoring import logits_to_token_logprobs
+
+if TYPE_CHECKING:
+    from lit_asyncrl.rollout.engine_protocol import Engine
 
 
 @dataclasses.dataclass
@@ -91,3 +95,28 @@ def attach(requests: list[ScoreRequest], scores: list[list[float]], version: int
                 trajectory.old_versions[position] = version
                 attached += 1
     return attached
+
+
+def score_unscored_on(
+    engine: Engine,
+    trajectories: Callable[[], list[Trajectory]],
+    score_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    version: int,
+    temperature: float,
+    top_k: int,
+    pad_id: int,
+) -> int:
+    """Attach pi_old from `score_fn` to every token of `version` still unscored in `trajectories()`;
+    returns how many. The trajectories are read and written on `engine`'s loop, which owns them; the
+    forward runs on the caller's thread, with the caller's weights."""
+
+    async def collect() -> list[ScoreRequest]:
+        return collect_unscored(trajectories())
+
+    requests = engine.run(collect())
+    scores = score_requests(score_fn, requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
+
+    async def write_back() -> int:
+        return attach(requests, scores, version)
+
+    return engine.run(write_back())

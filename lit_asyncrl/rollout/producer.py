@@ -106,6 +106,17 @@ class RolloutProducer:
         finally:
             self.call_env.close()
 
+    def stop_before_shutdown(self, engine_answers: bool) -> None:
+        """Before its engine shuts down: `stop` where the engine's loop still answers, else only close
+        the environment's pool. Never raises: the engine is shut down next anyway."""
+        try:
+            if engine_answers:
+                self.stop()
+        except Exception:  # a loop that no longer answers
+            pass
+        finally:
+            self.call_env.close()
+
     async def _cancel_all(self) -> None:
         tasks = [task for task in [self._task, *self._in_flight] if task is not None]
         for task in tasks:

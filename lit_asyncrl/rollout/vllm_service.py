@@ -21,7 +21,7 @@ from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.episode_format import episode_formats_for
 from lit_asyncrl.rollout.frozen_engines import start_frozen_engine
 from lit_asyncrl.rollout.held_out import HeldOutEvaluator
-from lit_asyncrl.rollout.old_logits import attach, collect_unscored, score_requests
+from lit_asyncrl.rollout.old_logits import score_unscored_on
 from lit_asyncrl.rollout.placement import placement_factories
 from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
@@ -220,12 +220,8 @@ class VLLMRolloutService:
         engine, producer = self.engines[lane], self.producers[lane]
         lost = len(producer.active) if producer is not None else 0
         try:
-            if producer is not None and engine is not None and engine.loop.is_running():
-                producer.stop()  # cancels the dead engine's groups on its loop
-            elif producer is not None:
-                producer.call_env.close()
-        except Exception:  # a loop that no longer answers: the engine is shut down below anyway
-            producer.call_env.close()
+            if producer is not None:  # cancels the dead engine's groups on its loop, if it still runs
+                producer.stop_before_shutdown(engine_answers=engine is not None and engine.loop.is_running())
         finally:
             if engine is not None:
                 engine.shutdown()
@@ -251,14 +247,8 @@ class VLLMRolloutService:
         self.dedicated = None
         try:
             for producer, engine in zip(producers, engines):
-                try:
-                    if producer is not None and engine is not None and engine.dead_reason() is None:
-                        producer.stop()
-                    elif producer is not None:
-                        producer.call_env.close()
-                except Exception:  # the engines are shut down below anyway
-                    if producer is not None:
-                        producer.call_env.close()
+                if producer is not None:
+                    producer.stop_before_shutdown(engine_answers=engine is not None and engine.dead_reason() is None)
         finally:
             try:
                 if dedicated is not None:
@@ -380,20 +370,12 @@ class VLLMRolloutService:
         """Collection and attachment run on each engine's loop, which owns its trajectories (the
         pending ones go with the first engine); the forward runs on the caller's thread, with the
         caller's weights."""
-        scored = 0
-        for lane, engine in enumerate(self._engines()):
-
-            async def collect(lane: int = lane):
-                return collect_unscored(self._unfinished_trajectories(lane))
-
-            requests = engine.run(collect())
-            scores = score_requests(score_fn, requests, temperature=self.temperature, top_k=self.top_k, pad_id=self.pad_id)
-
-            async def write_back(requests=requests, scores=scores):
-                return attach(requests, scores, version)
-
-            scored += engine.run(write_back())
-        return scored
+        return sum(
+            score_unscored_on(
+                engine, lambda lane=lane: self._unfinished_trajectories(lane), score_fn, version, self.temperature, self.top_k, self.pad_id
+            )
+            for lane, engine in enumerate(self._engines())
+        )
 
     def _unfinished_trajectories(self, lane: int) -> list[Trajectory]:
         """Lane `lane`'s episodes being generated; lane 0 also takes the buffer's pending ones."""
