@@ -8,9 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "lit_asyncrl"
 MAX_LINES = 350
 #: Rooms still over the limit, each with its length today: they are to be split (the house issue),
 #: so this list only shrinks. A listed file that grows, or drops under the limit, fails too.
-STILL_TOO_LONG = {
-    "rollout/vllm_service.py": 398,
-}
+STILL_TOO_LONG: dict[str, int] = {}
 
 
 def modules() -> dict[str, Path]:

@@ -17,6 +17,7 @@ from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
+from lit_asyncrl.rollout.engine_lanes import EngineLanes, lane_share
 from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.episode_format import episode_formats_for
 from lit_asyncrl.rollout.frozen_engines import start_frozen_engine
@@ -27,7 +28,6 @@ from lit_asyncrl.rollout.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
 from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.rollout_stats import rollout_stats
-from lit_asyncrl.rollout.routing import LeastLoadedRouter
 from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
 from lit_asyncrl.rollout.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
 from lit_asyncrl.rollout.weight_transfer import select_weight_transfer, trainer_device_type
@@ -85,13 +85,8 @@ class VLLMRolloutService:
             check_context_holds_a_turn(task, self.episode_formats[name], rollout.max_model_len, seed)
         self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap)
         self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
-        #: One engine and one producer per lane (None before `start` and after `close`).
-        self.engines: list[Engine | None] = [None] * self.num_engines
-        self.producers: list[RolloutProducer | None] = [None] * self.num_engines
-        #: Engines launched by `launch_early`, taken over by `start`.
-        self._early_engines: list[Engine | None] = [None] * self.num_engines
+        self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()
-        self.router = LeastLoadedRouter()
         self.dedicated: DedicatedOldLogitModel | None = None
         self._use_dedicated = False
 
@@ -116,11 +111,11 @@ class VLLMRolloutService:
     @property
     def engine(self) -> Engine | None:
         """The first engine (the only one with `num_engines=1`)."""
-        return self.engines[0]
+        return self.lanes.engines[0]
 
     @property
     def started(self) -> bool:
-        return any(engine is not None for engine in self.engines)
+        return self.lanes.started
 
     # -- lifecycle --------------------------------------------------------------------------
     def use_old_logit_worker(self) -> None:
@@ -137,11 +132,10 @@ class VLLMRolloutService:
         An engine's initial weights (the model folder's) never sample: `start` replaces them
         with the trainer's before the first request, so launching before the warm start is safe.
         """
-        for lane in range(self.num_engines):
-            if self.engines[lane] is None and self._early_engines[lane] is None:
-                self._early_engines[lane] = self._new_engine(initial_version=0)
+        self.lanes.launch_early()
 
     def _new_engine(self, initial_version: int) -> Engine:
+        """A launched engine (not yet serving) on the current engine settings."""
         engine = self.engine_factory(self.model_path, self.engine_config)
         engine.launch(initial_version=initial_version)
         return engine
@@ -163,11 +157,7 @@ class VLLMRolloutService:
 
     def _launch(self, lane: int) -> None:
         """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
-        engine, self._early_engines[lane] = self._early_engines[lane], None
-        if engine is None:  # a restart
-            engine = self._new_engine(initial_version=self._version)
-        self.engines[lane] = engine
-        engine.wait_until_serving()
+        engine = self.lanes.engine_up(lane, self._version)
         if self._use_dedicated and self.dedicated is None:
             self.dedicated = DedicatedOldLogitModel(
                 self.model_path,
@@ -180,32 +170,26 @@ class VLLMRolloutService:
             self.dedicated.send_weights(self._weights, self._version)
         engine.push_weights(self._weights, self._version)
         self.buffer.set_trainer_version(self._version)
-        previous = self.producers[lane]
         producer = RolloutProducer(
             engine,
             self.env,
             self.episode_formats,
             self.buffer,
             group_size=self.group_size,
-            max_concurrent_groups=_share(self.rollout.max_concurrent_groups, lane, self.num_engines, minimum=1),
+            max_concurrent_groups=lane_share(self.rollout.max_concurrent_groups, lane, self.num_engines, minimum=1),
             temperature=self.temperature,
             top_k=self.top_k,
             max_context=self.engine_config.max_model_len,
             # Each lane, and each restart, draws other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane,
-            groups_per_version=_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
+            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
             old_logit_model=self.dedicated,
             env_failure_limit=self.rollout.env_failure_limit,
             env_failure_window=self.rollout.env_failure_window,
             group_ids=self._group_ids,
-            admits=lambda: self.router.admits(lane),
+            admits=lambda: self.lanes.router.admits(lane),
         )
-        if previous is not None:
-            producer.carry_counts_from(previous)
-        self.producers[lane] = producer
-        self.router.register(lane, lambda: producer.in_flight_groups)
-        if self._train:
-            producer.start()
+        self.lanes.producer_up(lane, producer, self._train)
 
     def _may_restart(self) -> bool:
         # Not with the dedicated worker: it is tied to the dead engine's loop.
@@ -217,50 +201,27 @@ class VLLMRolloutService:
         The episodes it was generating are lost: counted as produced and dropped ("lost"), so the
         accounting holds, and generated again by the new engine's producer.
         """
-        engine, producer = self.engines[lane], self.producers[lane]
-        lost = len(producer.active) if producer is not None else 0
-        try:
-            if producer is not None:  # cancels the dead engine's groups on its loop, if it still runs
-                producer.stop_before_shutdown(engine_answers=engine is not None and engine.loop.is_running())
-        finally:
-            if engine is not None:
-                engine.shutdown()
+        lost, in_flight_groups = self.lanes.take_down(lane)
         # Its groups' reservations go back (a stopped producer's cancelled groups gave theirs back
         # themselves; a dead loop's never ran to do so); the other engines' groups keep theirs.
-        self.buffer.release(producer.in_flight_groups * self.group_size if producer is not None else 0)
+        self.buffer.release(in_flight_groups * self.group_size)
         self.buffer.drop_produced(lost, "lost")
         self.engine_restarts += 1
         warnings.warn(
-            f"the vLLM engine{self._engine_name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
+            f"{self.lanes.name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
             f"(restart {self.engine_restarts} of {config_key('rollout.engine_restarts')}={self.max_engine_restarts}; {lost} episodes in flight lost)",
             stacklevel=2,
         )
-        self.engines[lane] = None
         self._launch(lane)
 
     def close(self) -> None:
-        producers, dedicated = self.producers, self.dedicated
-        engines = [engine or early for engine, early in zip(self.engines, self._early_engines)]
-        self.producers = [None] * self.num_engines
-        self.engines = [None] * self.num_engines
-        self._early_engines = [None] * self.num_engines
-        self.dedicated = None
+        dedicated, self.dedicated = self.dedicated, None
         try:
-            for producer, engine in zip(producers, engines):
-                if producer is not None:
-                    producer.stop_before_shutdown(engine_answers=engine is not None and engine.dead_reason() is None)
+            # The dedicated worker after the producers (no more hand-offs), before the engines.
+            self.lanes.close(between=dedicated.stop if dedicated is not None else lambda: None)
         finally:
-            try:
-                if dedicated is not None:
-                    dedicated.stop()
-            finally:
-                try:
-                    for engine in engines:
-                        if engine is not None:
-                            engine.shutdown()
-                finally:
-                    # After the producers: no episode asks the task's user any more.
-                    self.env.close()
+            # After the producers: no episode asks the task's user any more.
+            self.env.close()
 
     # -- batches ----------------------------------------------------------------------------
     def next_batch(self, timeout_s: float) -> dict:
@@ -286,9 +247,8 @@ class VLLMRolloutService:
 
     def _restart_or_raise_if_dead(self) -> None:
         """A dead engine is replaced while `rollout.engine_restarts` allows; any other failure is raised."""
-        for lane, engine in enumerate(self.engines):
-            reason = engine.dead_reason() if engine is not None else None
-            if reason is not None and self._may_restart():
+        for lane, reason in self.lanes.dead_engines():
+            if self._may_restart():
                 self._restart_engine(lane, reason)
         self._raise_if_dead()
 
@@ -297,19 +257,14 @@ class VLLMRolloutService:
         if not self.started:
             raise RolloutServiceError("the rollout service is not started (or already closed)")
         # The engines first: when one dies, its producer's error is only its echo.
-        for lane, engine in enumerate(self.engines):
-            reason = engine.dead_reason() if engine is not None else None
-            if reason is not None:
-                raise RolloutServiceError(f"the vLLM engine{self._engine_name(lane)} died: {reason}")
-        for producer in self.producers:
+        for lane, reason in self.lanes.dead_engines():
+            raise RolloutServiceError(f"{self.lanes.name(lane)} died: {reason}")
+        for producer in self.lanes.producers:
             if producer is not None and producer.error is not None:
                 raise RolloutServiceError(f"rollout generation failed: {producer.error!r}") from producer.error
         reason = self.dedicated.dead_reason() if self.dedicated is not None else None
         if reason is not None:
             raise RolloutServiceError(reason)
-
-    def _engine_name(self, lane: int) -> str:
-        return f" {lane}" if self.num_engines > 1 else ""
 
     # -- held-out evaluation ------------------------------------------------------------------
     def evaluate(self, instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
@@ -341,7 +296,7 @@ class VLLMRolloutService:
                 pushed = engine.push_weights(weights, version)
             except EngineDeadError as error:
                 if not self._may_restart():
-                    raise RolloutServiceError(f"the vLLM engine{self._engine_name(lane)}: {error}") from error
+                    raise RolloutServiceError(f"{self.lanes.name(lane)}: {error}") from error
                 self._restart_engine(lane, str(error))  # the new engine starts with these weights
                 continue
             # Engines are pushed one after another; each stands still only for its own push.
@@ -350,9 +305,9 @@ class VLLMRolloutService:
         return timings
 
     def live_versions(self) -> list[int]:
-        engine_versions = [engine.version for engine in self.engines if engine is not None]
+        engine_versions = [engine.version for engine in self.lanes.live_engines()]
         newest = max([self.buffer.trainer_version, *engine_versions])
-        in_flight = [p.oldest_in_flight_version for p in self.producers if p is not None]
+        in_flight = [p.oldest_in_flight_version for p in self.lanes.producers if p is not None]
         candidates = [v for v in (self.buffer.oldest_pending_version(), *in_flight) if v is not None]
         return list(range(min(candidates, default=newest), newest + 1))
 
@@ -362,8 +317,8 @@ class VLLMRolloutService:
             engine.pause()
 
     def resume(self) -> None:
-        for engine in self.engines:
-            if engine is not None and engine.dead_reason() is None:
+        for engine in self.lanes.live_engines():
+            if engine.dead_reason() is None:
                 engine.resume()
 
     def score_unscored(self, score_fn: ScoreFn, version: int) -> int:
@@ -379,20 +334,15 @@ class VLLMRolloutService:
 
     def _unfinished_trajectories(self, lane: int) -> list[Trajectory]:
         """Lane `lane`'s episodes being generated; lane 0 also takes the buffer's pending ones."""
-        producer = self.producers[lane]
+        producer = self.lanes.producers[lane]
         active = list(producer.active) if producer is not None else []
         return (self.buffer.pending_trajectories() if lane == 0 else []) + active
 
     def _engines(self) -> list[Engine]:
         if not self.started:
             raise RolloutServiceError("the rollout service is not started (or already closed)")
-        return [engine for engine in self.engines if engine is not None]
+        return self.lanes.live_engines()
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        return rollout_stats(self.buffer, self.producers, self.engines, self.engine_restarts, self.dedicated)
-
-
-def _share(total: int, lane: int, lanes: int, minimum: int = 0) -> int:
-    """Lane `lane`'s part of `total` dealt over `lanes` (the first lanes take the remainder)."""
-    return max(minimum, total // lanes + (1 if lane < total % lanes else 0))
+        return rollout_stats(self.buffer, self.lanes.producers, self.lanes.engines, self.engine_restarts, self.dedicated)

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from lit_asyncrl.rollout.distributed import check_batch_splits, split_by_groups
+from lit_asyncrl.rollout.engine_lanes import lane_share
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.rollout.routing import LeastLoadedRouter
-from lit_asyncrl.rollout.vllm_service import _share
 
 
 def episode(group_id: int, length: int) -> Trajectory:
@@ -69,6 +69,6 @@ def test_router_admits_only_the_least_loaded_engines():
 
 
 def test_share_deals_a_total_over_engines():
-    assert [_share(16, lane, 3) for lane in range(3)] == [6, 5, 5]
-    assert [_share(1, lane, 2, minimum=1) for lane in range(2)] == [1, 1]
-    assert [_share(4, lane, 2) for lane in range(2)] == [2, 2]
+    assert [lane_share(16, lane, 3) for lane in range(3)] == [6, 5, 5]
+    assert [lane_share(1, lane, 2, minimum=1) for lane in range(2)] == [1, 1]
+    assert [lane_share(4, lane, 2) for lane in range(2)] == [2, 2]

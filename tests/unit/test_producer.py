@@ -250,7 +250,7 @@ def test_service_names_the_failed_producer(engines, tokenizer, model_path):
     engine = engines.engine(boom)
     service = make_service(model_path)
     producer = engines.producer(engine, service.buffer, tokenizer)
-    service.engines, service.producers = [engine], [producer]
+    service.lanes.engines, service.lanes.producers = [engine], [producer]
     producer.start()
     wait_for(lambda: producer.error is not None, "the producer's error")
 
@@ -262,7 +262,7 @@ def test_service_names_the_failed_producer(engines, tokenizer, model_path):
     assert isinstance(caught.value.__cause__, RuntimeError) and str(caught.value.__cause__) == "boom"
 
     service.close()  # stops the producer, then the engine
-    assert service.engines == [None] and service.producers == [None]
+    assert service.lanes.engines == [None] and service.lanes.producers == [None]
     assert not engine.loop.is_running()
     with pytest.raises(RolloutServiceError, match="not started"):
         service.next_batch(timeout_s=1)
@@ -272,7 +272,7 @@ def test_waiting_next_batch_sees_a_failure_within_a_liveness_poll(engines, token
     engine = engines.engine(delayed_boom(0.3))
     service = make_service(model_path, liveness_poll_s=0.1)
     producer = engines.producer(engine, service.buffer, tokenizer)
-    service.engines, service.producers = [engine], [producer]
+    service.lanes.engines, service.lanes.producers = [engine], [producer]
     producer.start()
 
     start = time.monotonic()
@@ -283,7 +283,7 @@ def test_waiting_next_batch_sees_a_failure_within_a_liveness_poll(engines, token
 
 def test_service_names_the_dead_engine(model_path):
     service = make_service(model_path)
-    service.engines = [types.SimpleNamespace(dead_reason=lambda: "its engine-core process died", version=0)]
+    service.lanes.engines = [types.SimpleNamespace(dead_reason=lambda: "its engine-core process died", version=0)]
     with pytest.raises(RolloutServiceError, match="vLLM engine") as caught:
         service.next_batch(timeout_s=30)
     assert str(caught.value) == "the vLLM engine died: its engine-core process died"
@@ -304,8 +304,8 @@ def group_with_versions(group_id: int, per_episode: list[list[int]]) -> list[Tra
 
 def test_live_versions_span_oldest_pending_or_in_flight_to_newest(model_path):
     service = make_service(model_path, max_version_gap=3)
-    service.engines = [types.SimpleNamespace(version=5, dead_reason=lambda: None)]
-    service.producers = [types.SimpleNamespace(oldest_in_flight_version=4, error=None)]
+    service.lanes.engines = [types.SimpleNamespace(version=5, dead_reason=lambda: None)]
+    service.lanes.producers = [types.SimpleNamespace(oldest_in_flight_version=4, error=None)]
     assert service.buffer.try_reserve(2)
     service.buffer.put_group(group_with_versions(0, [[3, 4], [5]]), reserved=2)  # oldest token: 3
     service.buffer.set_trainer_version(5)  # gap 5 - 3 = 2 <= 3: kept
@@ -313,26 +313,26 @@ def test_live_versions_span_oldest_pending_or_in_flight_to_newest(model_path):
     assert service.live_versions() == [3, 4, 5]
 
     # in flight older than anything pending
-    service.producers[0].oldest_in_flight_version = 2
+    service.lanes.producers[0].oldest_in_flight_version = 2
     assert service.live_versions() == [2, 3, 4, 5]
 
     # nothing pending, one group in flight since version 4
     service.buffer.take(1, timeout_s=0)
-    service.producers[0].oldest_in_flight_version = 4
+    service.lanes.producers[0].oldest_in_flight_version = 4
     assert service.live_versions() == [4, 5]
 
     # nothing pending, nothing in flight: only the newest version
-    service.producers[0].oldest_in_flight_version = None
+    service.lanes.producers[0].oldest_in_flight_version = None
     assert service.live_versions() == [5]
 
 
 def test_live_versions_newest_is_the_newer_of_trainer_and_engine(model_path):
     service = make_service(model_path, max_version_gap=3)
-    service.engines = [types.SimpleNamespace(version=4, dead_reason=lambda: None)]
-    service.producers = [types.SimpleNamespace(oldest_in_flight_version=None, error=None)]
+    service.lanes.engines = [types.SimpleNamespace(version=4, dead_reason=lambda: None)]
+    service.lanes.producers = [types.SimpleNamespace(oldest_in_flight_version=None, error=None)]
     service.buffer.set_trainer_version(6)  # trainer ahead of the engine (weight_sync_every > 1)
     assert service.live_versions() == [6]
-    service.producers[0].oldest_in_flight_version = 4
+    service.lanes.producers[0].oldest_in_flight_version = 4
     assert service.live_versions() == [4, 5, 6]
 
 
