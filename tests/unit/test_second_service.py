@@ -119,6 +119,7 @@ def test_a_second_service_named_in_the_config_trains_two_steps(tmp_path):
             "trainer.max_steps=2",
             "model.warm_start_steps=0",
             f"hydra.run.dir={tmp_path}",
+            f"hydra.runtime.output_dir={tmp_path}",  # set by a Hydra app, not by compose: the checkpoints' dir
             f"trainer.default_root_dir={tmp_path}",
             f"trainer.logger.save_dir={tmp_path}",
         ]
@@ -152,5 +153,6 @@ def test_a_second_service_named_in_the_config_trains_two_steps(tmp_path):
         rows = list(csv.DictReader(metrics))
     losses = [float(row["train/loss"]) for row in rows if row["train/loss"]]
     assert len(losses) == 2 and all(math.isclose(loss, -0.25, abs_tol=1e-5) for loss in losses)
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
     # The sanity validation's result, logged at step 0: every held-out episode failed.
     assert [float(row["val/avg@4"]) for row in rows if row.get("val/avg@4")] == [0.0]
