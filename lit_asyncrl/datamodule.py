@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
+from lit_asyncrl.rollout.instances import held_out_instances
 from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.service import RolloutService, ServiceFactory
 from lit_asyncrl.rollout.vllm_service_factory import VLLMServiceFactory
@@ -48,7 +49,7 @@ class RolloutDataModule(L.LightningDataModule):
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
         self.env = env if env is not None else GuessNumberEnv()
-        self.eval_instances = self.env.held_out_instances(self.rollout_config.eval_instances, seed=seed)
+        self.eval_instances = held_out_instances(self.env, self.rollout_config.eval_instances, seed=seed)
         factory = service if service is not None else VLLMServiceFactory()
         self.rollouts: RolloutService = factory.build(self.model_path, self.env, self.rollout_config, seed)
 

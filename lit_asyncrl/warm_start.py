@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment, call_blocking
 from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
+from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.text import pad_token_id
@@ -31,7 +32,7 @@ def demonstration_trajectories(
     chat template; a mixture's tasks each in their own): demonstrated agent turns are the policy tokens."""
     trajectories = []
     for _ in range(num_episodes):
-        task = env.task_of(env.sample_instance(rng))
+        task = env.task_of(training_instance(env, rng))
         episode_format = episode_formats[task.name]
         trajectory = Trajectory(group_id=-1, task=task.name)
         episode_format.open(trajectory, call_blocking(task.env.new_episode(task.instance).reset, rng.getrandbits(31)))

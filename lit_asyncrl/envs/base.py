@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import inspect
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple, Protocol
 
 from lit_asyncrl.envs.resources import EngineMaker
@@ -137,12 +137,6 @@ class Environment(abc.ABC):
         settings (turn stop, turn limits, chat roles, latency), so a mixture's tasks keep theirs."""
         return TaskInstance(None, self, instance)
 
-    def observe_accounting(self, counts: Mapping[str, int]) -> None:
-        """Called by the producer before each training draw with the rollout buffer's counts
-        (`RolloutBuffer.counts`: produced, trained, dropped by reason, and a mixture's
-        `<task>/<outcome>`); no-op by default (`BalancedTaskMix` steers its draws with them)."""
-        return None
-
     def instance_key(self, instance: Any) -> str:
         """A stable text identifying the instance (two equal keys are the same task)."""
         return repr(instance)
@@ -151,32 +145,6 @@ class Environment(abc.ABC):
         """Whether `instance` belongs to the evaluation split (stable across runs and processes)."""
         digest = hashlib.sha256(self.instance_key(instance).encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64 < self.held_out_fraction
-
-    def sample_instance(self, rng: random.Random) -> Any:
-        """Draw a training instance (never a held-out one)."""
-        for _ in range(10_000):
-            instance = self.generate_instance(rng)
-            if not self.is_held_out(instance):
-                return instance
-        raise RuntimeError(f"{type(self).__name__}: no training instance in 10,000 draws; lower held_out_fraction")
-
-    def held_out_instances(self, count: int, seed: int = 0) -> list[Any]:
-        """Up to `count` distinct held-out instances (fewer when the split is that small), the
-        same for the same seed.
-
-        Raises:
-            ValueError: when the held-out split is empty.
-        """
-        rng, found = random.Random(seed), {}
-        for _ in range(max(10_000, 100 * count)):
-            instance = self.generate_instance(rng)
-            if self.is_held_out(instance):
-                found.setdefault(self.instance_key(instance), instance)
-                if len(found) == count:
-                    break
-        if not found:
-            raise ValueError(f"{type(self).__name__} has no held-out instance; raise its held_out_fraction")
-        return list(found.values())
 
     def demonstration(self, instance: Any) -> list[tuple[str, str]]:
         """A scripted good play as (agent action, environment observation) pairs, for warm starts."""

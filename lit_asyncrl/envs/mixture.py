@@ -60,11 +60,14 @@ class TaskMix(Environment):
         self._tasks = dict(tasks)
         self._names = list(self._tasks)
         self._weights = [float(weights.get(name, 1.0)) for name in self._names]
-        #: What training draws use (the weights themselves; `BalancedTaskMix` rescales them).
-        self._draw_weights = list(self._weights)
 
     def tasks(self) -> dict[str, Environment]:
         return dict(self._tasks)
+
+    def draw_weights(self, counts: Mapping[str, int]) -> dict[str, float]:
+        """How often each task is drawn for training next, by name, given the run's accounting so far
+        (`RolloutBuffer.counts`, passed in by the producer's draws): the weights themselves here."""
+        return dict(zip(self._names, self._weights))
 
     def task_of(self, instance: MixInstance) -> TaskInstance:
         return TaskInstance(instance.task, self._tasks[instance.task], instance.instance)
@@ -73,24 +76,11 @@ class TaskMix(Environment):
         name = rng.choices(self._names, weights=self._weights)[0]
         return MixInstance(name, self._tasks[name].generate_instance(rng))
 
-    def sample_instance(self, rng: random.Random) -> MixInstance:
-        # The task draws its own training instance: its split (and any override of it) holds.
-        name = rng.choices(self._names, weights=self._draw_weights)[0]
-        return MixInstance(name, self._tasks[name].sample_instance(rng))
-
     def is_held_out(self, instance: MixInstance) -> bool:
         return self._tasks[instance.task].is_held_out(instance.instance)
 
     def instance_key(self, instance: MixInstance) -> str:
         return f"{instance.task}/{self._tasks[instance.task].instance_key(instance.instance)}"
-
-    def held_out_instances(self, count: int, seed: int = 0) -> list[MixInstance]:
-        """`count` held-out instances shared evenly over the tasks (at least one each), task by task."""
-        found = []
-        for index, (name, task) in enumerate(self._tasks.items()):
-            share = max(1, count // len(self._tasks) + (index < count % len(self._tasks)))
-            found += [MixInstance(name, instance) for instance in task.held_out_instances(share, seed=seed)]
-        return found
 
     def new_episode(self, instance: MixInstance) -> TextEnv:
         return self._tasks[instance.task].new_episode(instance.instance)
@@ -134,8 +124,8 @@ class BalancedTaskMix(TaskMix):
     Args: as `TaskMix`.
     """
 
-    def observe_accounting(self, counts: Mapping[str, int]) -> None:
-        self._draw_weights = [weight / keep_rate(counts, name) for weight, name in zip(self._weights, self._names)]
+    def draw_weights(self, counts: Mapping[str, int]) -> dict[str, float]:
+        return {name: weight / keep_rate(counts, name) for name, weight in zip(self._names, self._weights)}
 
 
 def keep_rate(counts: Mapping[str, int], task: str) -> float:

@@ -17,6 +17,7 @@ from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
+from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 
 
@@ -206,8 +207,7 @@ class RolloutProducer:
         self.active.update(trajectories)
         filed = False
         try:
-            self.env.observe_accounting(self.buffer.counts())
-            instance = self.env.sample_instance(self.rng)
+            instance = training_instance(self.env, self.rng, self.buffer.counts())
             seeds = [self.rng.getrandbits(31) for _ in trajectories]
             await asyncio.gather(
                 *(

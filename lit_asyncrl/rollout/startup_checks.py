@@ -8,6 +8,7 @@ from typing import Any
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment, call_blocking
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
+from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory
 
 
@@ -26,7 +27,7 @@ def check_tokenizer_fits_model(model_path: str, tokenizer: Any) -> None:
 def check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, max_model_len: int, seed: int) -> None:
     """Refuse a context too short for the first prompt and one token of answer (it would spin, not train)."""
     opening = Trajectory(group_id=-1)
-    instance = env.sample_instance(random.Random(seed))
+    instance = training_instance(env, random.Random(seed))
     episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
     if len(opening.token_ids) >= max_model_len:
         raise ValueError(

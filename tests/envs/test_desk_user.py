@@ -14,6 +14,7 @@ from lit_asyncrl.envs.service_desk_agent import ScriptedAgent
 from lit_asyncrl.envs.service_desk_orders import DIFFICULTIES, CustomerGoal, DeskInstance, Order
 from lit_asyncrl.envs.users import Message
 from lit_asyncrl.models.char_tokenizer import CHARACTERS
+from lit_asyncrl.rollout.instances import held_out_instances, training_instance
 
 
 class ScriptedUser(SimulatedUser):
@@ -98,7 +99,7 @@ def test_asking_counts_as_a_turn_and_the_limit_truncates():
 @pytest.mark.parametrize("difficulty", sorted(DIFFICULTIES))
 def test_the_scripted_agent_asks_then_solves_training_and_held_out_instances(difficulty):
     env, rng = ServiceDeskEnv(difficulty=difficulty, user=CooperativeUser(), max_turns=5), random.Random(0)
-    instances = [env.sample_instance(rng) for _ in range(300)] + env.held_out_instances(100, seed=1)
+    instances = [training_instance(env, rng) for _ in range(300)] + held_out_instances(env, 100, seed=1)
     for instance in instances:
         items = [order.item for order in instance.orders]
         assert len(set(items)) == len(items)  # the item names one order

@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from lit_asyncrl.envs import gem_adapter
 from lit_asyncrl.envs.global_rng import GlobalRandomState
+from lit_asyncrl.rollout.instances import held_out_instances, training_instance
 
 MASTERMIND = "game:Mastermind-v0-easy"
 GUESS = "game:GuessTheNumber-v0-easy"
@@ -120,7 +121,7 @@ def test_scripted_demonstrations_win_every_game(gem, env_id, distinct):
 def test_random_play_stays_near_the_uniform_baseline(gem, env_id, expected):
     env, rng, wins, episodes = gem_adapter.GemEnv(env_id), random.Random(0), 0, 800
     for _ in range(episodes):
-        episode = env.new_episode(env.sample_instance(rng))
+        episode = env.new_episode(training_instance(env, rng))
         episode.reset()
         for _ in range(env.max_turns):
             if env_id == MASTERMIND:
@@ -135,12 +136,12 @@ def test_random_play_stays_near_the_uniform_baseline(gem, env_id, expected):
 
 
 def test_held_out_games_are_never_trained_on(mastermind):
-    held_out = sorted(_code(mastermind, seed) for seed in mastermind.held_out_instances(3))
+    held_out = sorted(_code(mastermind, seed) for seed in held_out_instances(mastermind, 3))
     assert held_out == ["[1, 3]", "[1, 4]", "[4, 1]"]  # a stable hash of the key: the same in every process
     rng = random.Random(1)
-    trained = {_code(mastermind, mastermind.sample_instance(rng)) for _ in range(600)}
+    trained = {_code(mastermind, training_instance(mastermind, rng)) for _ in range(600)}
     assert len(trained) == 27 and not trained & set(held_out)
-    assert sorted(_code(mastermind, seed) for seed in mastermind.held_out_instances(10)) == held_out  # the whole split
+    assert sorted(_code(mastermind, seed) for seed in held_out_instances(mastermind, 10)) == held_out  # the whole split
     same_code = [seed for seed in range(300) if _code(mastermind, seed) == "[1, 3]"]
     assert len(same_code) > 1 and all(mastermind.is_held_out(seed) for seed in same_code)  # the key is the code, not the seed
 
@@ -174,14 +175,14 @@ def test_texts_are_printable_ascii(mastermind, guess):
 def test_board_games_show_their_board(gem):
     sudoku = gem_adapter.GemEnv("game:Sudoku-v0-easy")
     assert sudoku.append_suffix
-    first = sudoku.new_episode(sudoku.sample_instance(random.Random(0))).reset()
+    first = sudoku.new_episode(training_instance(sudoku, random.Random(0))).reset()
     assert "Here is the current board layout:\n" in first and first.endswith("Enter your move.\n")
 
 
 def test_single_turn_rg_ids_score_and_drop_the_unicode_end_marker(gem):
     env = gem_adapter.GemEnv("rg:basic_arithmetic")
     assert env.max_turns == 1
-    episode = env.new_episode(env.sample_instance(random.Random(0)))
+    episode = env.new_episode(training_instance(env, random.Random(0)))
     episode.reset()
     right = episode.step("\\boxed{" + episode.game.data["answer"] + "}")
     assert (right.observation, right.reward, right.terminated, right.success) == ("", 1.0, True, True)
@@ -275,5 +276,5 @@ def test_hydra_config_lists_every_argument_with_its_default():
 def test_copies_and_pickles(gem):
     env = gem_adapter.GemEnv()
     for clone in (copy.deepcopy(env), pickle.loads(pickle.dumps(env))):
-        episode = clone.new_episode(clone.sample_instance(random.Random(0)))
-        assert episode.reset() == env.new_episode(env.sample_instance(random.Random(0))).reset()
+        episode = clone.new_episode(training_instance(clone, random.Random(0)))
+        assert episode.reset() == env.new_episode(training_instance(env, random.Random(0))).reset()

@@ -5,6 +5,7 @@ import random
 import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
+from lit_asyncrl.rollout.instances import training_instance
 
 
 def test_feedback_win_and_turn_limit():
@@ -37,7 +38,7 @@ def test_bisection_demonstration_always_wins_within_the_turns():
 def test_random_guessing_wins_about_a_third():
     env, rng, wins = GuessNumberEnv(), random.Random(0), 0
     for _ in range(4000):
-        episode = env.new_episode(env.sample_instance(rng))
+        episode = env.new_episode(training_instance(env, rng))
         for _ in range(env.max_turns):
             result = episode.step(f"{rng.randint(1, 10)};")
             if result.done:

@@ -13,6 +13,7 @@ from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
 from lit_asyncrl.rollout.episode_format import PlainFormat, episode_formats_for
+from lit_asyncrl.rollout.instances import held_out_instances, training_instance
 from lit_asyncrl.rollout.records import Trajectory, task_columns
 from lit_asyncrl.warm_start import demonstration_trajectories
 from tests.unit.test_episode_format import ids, scripted_engine
@@ -31,30 +32,30 @@ def test_a_single_environment_is_its_own_only_task():
 def test_training_draws_follow_the_weights_and_stay_out_of_each_tasks_held_out_split():
     mix = two_tasks(desk=3.0)  # guess left out: weight 1
     rng = random.Random(0)
-    draws = [mix.sample_instance(rng) for _ in range(4000)]
+    draws = [training_instance(mix, rng) for _ in range(4000)]
     desk_share = sum(draw.task == "desk" for draw in draws) / len(draws)
     assert desk_share == pytest.approx(0.75, abs=0.03)
     tasks = mix.tasks()
     assert not any(tasks[draw.task].is_held_out(draw.instance) for draw in draws)
     # Guess-the-number holds secrets 3 and 8 out: its training draws never show them.
     assert {draw.instance for draw in draws if draw.task == "guess"} == set(range(1, 11)) - {3, 8}
-    assert two_tasks().sample_instance(random.Random(1)).task in ("desk", "guess")
-    even = [two_tasks().sample_instance(rng).task for _ in range(4000)]
+    assert training_instance(two_tasks(), random.Random(1)).task in ("desk", "guess")
+    even = [training_instance(two_tasks(), rng).task for _ in range(4000)]
     assert even.count("desk") / len(even) == pytest.approx(0.5, abs=0.03)
 
 
 def test_held_out_instances_are_shared_evenly_and_come_from_each_tasks_own_split():
     mix = two_tasks()
-    held_out = mix.held_out_instances(5, seed=0)
+    held_out = held_out_instances(mix, 5, seed=0)
     # 5 over 2 tasks: 3 + 2, except that guess-the-number holds out only 2 secrets.
     assert [instance.task for instance in held_out] == ["desk", "desk", "desk", "guess", "guess"]
     assert sorted(instance.instance for instance in held_out if instance.task == "guess") == [3, 8]
     desk = mix.tasks()["desk"]
-    assert [i.instance for i in held_out if i.task == "desk"] == desk.held_out_instances(3, seed=0)
+    assert [i.instance for i in held_out if i.task == "desk"] == held_out_instances(desk, 3, seed=0)
     assert all(mix.is_held_out(instance) for instance in held_out)
-    assert mix.held_out_instances(5, seed=0) == held_out  # the same for the same seed
+    assert held_out_instances(mix, 5, seed=0) == held_out  # the same for the same seed
     # Fewer instances asked than tasks: each task still gets one.
-    assert [instance.task for instance in mix.held_out_instances(1, seed=0)] == ["desk", "guess"]
+    assert [instance.task for instance in held_out_instances(mix, 1, seed=0)] == ["desk", "guess"]
 
 
 def test_instances_are_played_and_demonstrated_by_their_own_task():
@@ -187,15 +188,14 @@ def test_a_balanced_mixture_draws_each_task_by_its_weight_over_its_keep_rate():
     rng = random.Random(0)
     balanced = BalancedTaskMix({"desk": ServiceDeskEnv(), "guess": GuessNumberEnv()}, weights={"guess": 2.0})
     # Before any accounting: by the weights, 1 : 2.
-    first = [balanced.sample_instance(rng).task for _ in range(6000)]
+    first = [training_instance(balanced, rng).task for _ in range(6000)]
     assert first.count("desk") / len(first) == pytest.approx(1 / 3, abs=0.02)
     # Half the desk's finished episodes were dropped as stale (keep rate 0.5), none of the game's:
     # draws 1 / 0.5 : 2 / 1 = 1 : 1, so that the trained mix comes out 1 : 2 again.
-    balanced.observe_accounting({"desk/trained": 99, "desk/dropped_stale": 100, "guess/trained": 199})
-    second = [balanced.sample_instance(rng).task for _ in range(6000)]
+    counts = {"desk/trained": 99, "desk/dropped_stale": 100, "guess/trained": 199}
+    second = [training_instance(balanced, rng, counts).task for _ in range(6000)]
     assert second.count("desk") / len(second) == pytest.approx(1 / 2, abs=0.02)
     # The plain mixture ignores the accounting.
     plain = TaskMix({"desk": ServiceDeskEnv(), "guess": GuessNumberEnv()}, weights={"guess": 2.0})
-    plain.observe_accounting({"desk/trained": 99, "desk/dropped_stale": 100, "guess/trained": 199})
-    third = [plain.sample_instance(rng).task for _ in range(6000)]
+    third = [training_instance(plain, rng, counts).task for _ in range(6000)]
     assert third.count("desk") / len(third) == pytest.approx(1 / 3, abs=0.02)

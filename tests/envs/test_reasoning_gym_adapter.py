@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from lit_asyncrl.envs import reasoning_gym_adapter
 from lit_asyncrl.envs.reasoning_gym_adapter import PRINTABLE, ReasoningGymEnv, extract_answer
+from lit_asyncrl.rollout.instances import held_out_instances, training_instance
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +53,9 @@ def test_held_out_questions_are_never_trained_on(rg):
     held_out = {questions[index] for index in range(env.size) if env.is_held_out(index)}
     assert 0.1 < len(held_out) / len(set(questions)) < 0.3
     rng = random.Random(0)
-    trained = {questions[env.sample_instance(rng)] for _ in range(2000)}
+    trained = {questions[training_instance(env, rng)] for _ in range(2000)}
     assert not trained & held_out
-    evaluated = {questions[index] for index in env.held_out_instances(20)}
+    evaluated = {questions[index] for index in held_out_instances(env, 20)}
     assert len(evaluated) == 20 and evaluated <= held_out
 
 
@@ -85,7 +86,7 @@ def test_ascii_only_keeps_entries_the_character_tokenizer_encodes(rg):
     clean = ReasoningGymEnv("complex_arithmetic", size=100, seed=42, ascii_only=True)
     rng = random.Random(0)
     for _ in range(200):
-        index = clean.sample_instance(rng)
+        index = training_instance(clean, rng)
         assert set(clean.prompt(index)) <= PRINTABLE and set(clean.entry(index)["answer"]) <= PRINTABLE
 
 
@@ -151,5 +152,5 @@ def test_hydra_config_lists_every_argument_with_its_default():
 def test_copies_and_pickles(rg):
     env = reasoning_gym_adapter.ReasoningGymEnv()
     for clone in (copy.deepcopy(env), pickle.loads(pickle.dumps(env))):
-        episode = clone.new_episode(clone.sample_instance(random.Random(0)))
-        assert episode.reset() == env.new_episode(env.sample_instance(random.Random(0))).reset()
+        episode = clone.new_episode(training_instance(clone, random.Random(0)))
+        assert episode.reset() == env.new_episode(training_instance(env, random.Random(0))).reset()

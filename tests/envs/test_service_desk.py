@@ -11,6 +11,7 @@ from lit_asyncrl.envs.service_desk import ServiceDeskEnv
 from lit_asyncrl.envs.service_desk_agent import ScriptedAgent
 from lit_asyncrl.envs.service_desk_orders import DIFFICULTIES, DeskInstance, Order
 from lit_asyncrl.models.char_tokenizer import CHARACTERS
+from lit_asyncrl.rollout.instances import held_out_instances, training_instance
 
 CONFIG = Path(__file__).resolve().parents[2] / "conf" / "env" / "service_desk.yaml"
 
@@ -110,7 +111,7 @@ def test_the_turn_limit_truncates_without_success():
 @pytest.mark.parametrize("difficulty", sorted(DIFFICULTIES))
 def test_the_scripted_agent_solves_training_and_held_out_instances(difficulty):
     env, rng = ServiceDeskEnv(difficulty=difficulty), random.Random(0)
-    instances = [env.sample_instance(rng) for _ in range(500)] + env.held_out_instances(200, seed=1)
+    instances = [training_instance(env, rng) for _ in range(500)] + held_out_instances(env, 200, seed=1)
     for instance in instances:
         # The agent sees only the prompt and the tool answers, never the instance.
         agent, episode = ScriptedAgent(env.refund_window_days), env.new_episode(instance)
@@ -148,7 +149,7 @@ def success_rate(env, policy, episodes=4000, seed=0):
     """Share of successful episodes of `policy(instance, prompt, observations, rng) -> action` on training instances."""
     rng, wins = random.Random(seed), 0
     for _ in range(episodes):
-        instance = env.sample_instance(rng)
+        instance = training_instance(env, rng)
         episode = env.new_episode(instance)
         observations = [episode.reset()]
         for _ in range(env.max_turns):
@@ -204,7 +205,7 @@ def test_random_characters_never_succeed_and_pay_the_penalty_each_turn():
     # 96**-9 per turn): random text is all malformed, so every episode ends truncated at -0.1 per turn.
     env, rng = ServiceDeskEnv(), random.Random(0)
     for _ in range(500):
-        episode, rewards = env.new_episode(env.sample_instance(rng)), []
+        episode, rewards = env.new_episode(training_instance(env, rng)), []
         episode.reset()
         for _ in range(env.max_turns):
             length = rng.randint(1, env.max_turn_tokens)
@@ -216,14 +217,14 @@ def test_random_characters_never_succeed_and_pay_the_penalty_each_turn():
 @pytest.mark.parametrize("difficulty", sorted(DIFFICULTIES))
 def test_held_out_instances_are_disjoint_from_training_and_deterministic(difficulty):
     env, rng = ServiceDeskEnv(difficulty=difficulty), random.Random(0)
-    training = {env.instance_key(env.sample_instance(rng)) for _ in range(3000)}
-    held_out = env.held_out_instances(200, seed=7)
+    training = {env.instance_key(training_instance(env, rng)) for _ in range(3000)}
+    held_out = held_out_instances(env, 200, seed=7)
     held_out_keys = {env.instance_key(instance) for instance in held_out}
     assert len(training) > 2000 and len(held_out_keys) == 200  # plenty of distinct instances on both sides
     assert not training & held_out_keys
     assert all(env.is_held_out(instance) for instance in held_out)
-    assert held_out == env.held_out_instances(200, seed=7)
-    assert held_out_keys != {env.instance_key(instance) for instance in env.held_out_instances(200, seed=8)}
+    assert held_out == held_out_instances(env, 200, seed=7)
+    assert held_out_keys != {env.instance_key(instance) for instance in held_out_instances(env, 200, seed=8)}
     drawn = [env.generate_instance(rng) for _ in range(5000)]
     assert 0.17 < sum(map(env.is_held_out, drawn)) / len(drawn) < 0.23  # held_out_fraction = 0.2
 
@@ -251,7 +252,7 @@ def test_every_text_is_in_the_vocabulary_and_episodes_are_short(difficulty):
     env, rng = ServiceDeskEnv(difficulty=difficulty), random.Random(0)
     assert env.turn_stop == "\n" and env.max_turn_tokens == len("reply delivered\n")
     for _ in range(1000):
-        instance = env.sample_instance(rng)
+        instance = training_instance(env, rng)
         prompt, demonstration = env.new_episode(instance).reset(), env.demonstration(instance)
         texts = [prompt, *(text for turn in demonstration for text in turn), *(order.record() for order in instance.orders)]
         assert set("".join(texts)) <= set(CHARACTERS)

@@ -24,6 +24,7 @@ from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.episode_format import ChatTemplateFormat, episode_format_for
+from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import started_engine
@@ -64,7 +65,7 @@ def test_a_chat_episode_scores_exactly_the_ids_the_engine_saw(fp32_engine, token
     fp32_engine.generate = recording_generate
     caller = EnvCaller(max_workers=1)
     try:
-        instance = env.sample_instance(random.Random(0))
+        instance = training_instance(env, random.Random(0))
         coroutine = play_episode(
             fp32_engine, env, episode_format, instance, Trajectory(group_id=0), call_env=caller, temperature=1.0, top_k=-1, max_context=256
         )

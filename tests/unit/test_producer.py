@@ -16,7 +16,7 @@ import types
 
 import pytest
 
-from lit_asyncrl.envs import GuessNumberEnv
+from lit_asyncrl.envs import GuessNumberEnv, TaskMix
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.episode_format import PlainFormat
@@ -103,7 +103,8 @@ def engines():
             settings = dict(group_size=2, max_concurrent_groups=4, temperature=1.0, top_k=-1, max_context=256, seed=0)
             settings.update(overrides)
             env = settings.pop("env", None) or GuessNumberEnv()
-            producer = RolloutProducer(engine, env, {None: PlainFormat(tokenizer, env)}, buffer, **settings)
+            formats = {name: PlainFormat(tokenizer, task) for name, task in env.tasks().items()}
+            producer = RolloutProducer(engine, env, formats, buffer, **settings)
             next(entry for entry in made if entry[0] is engine)[1].append(producer)
             return producer
 
@@ -431,18 +432,19 @@ def test_episodes_that_never_give_the_agent_a_turn_stop_the_run_within_seconds(e
     assert engine.requests == []  # not one turn was ever generated
 
 
-class RecordsAccounting(GuessNumberEnv):
-    """Keeps the counts the producer passes before each draw."""
+class RecordsAccounting(TaskMix):
+    """A one-task mixture that keeps the counts each training draw passes to its draw weights."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__({"guess": GuessNumberEnv()})
         self.observed: list[dict] = []
 
-    def observe_accounting(self, counts) -> None:
+    def draw_weights(self, counts):
         self.observed.append(dict(counts))
+        return super().draw_weights(counts)
 
 
-def test_the_environment_sees_the_buffers_accounting_before_each_draw(engines, tokenizer):
+def test_a_mixtures_draws_see_the_buffers_accounting(engines, tokenizer):
     env = RecordsAccounting()
     engine = engines.engine(malformed_guess)
     buffer = RolloutBuffer(capacity=8, max_version_gap=10)
