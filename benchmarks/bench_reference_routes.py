@@ -76,7 +76,7 @@ def main() -> None:
     for name, rows in results.items():
         step = median(rows, "train/step_s", args.skip)
         storage = median(rows, "snapshot/resident_gb", args.skip) * 1024
-        stall = median(rows, "interrupt/stall_s", args.skip)
+        stall = median(rows, "interrupt_sync/stall_s", args.skip)
         waits = [row.get("dedicated/group_wait_s") for row in rows if "dedicated/group_wait_s" in row]
         if waits:  # cumulative in the log: per-step increase
             stall = (waits[-1] - waits[args.skip]) / max(len(waits) - 1 - args.skip, 1)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from asyncrl_callbacks import InterruptionSync
+from asyncrl_callbacks import InterruptSync
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.reference.base import ReferenceSource
-from lit_asyncrl.rollout.service import OldLogitWorkerHost, RolloutService, require_service
+from lit_asyncrl.rollout.service import DedicatedWorkerHost, RolloutService, require_service
 
 
 class InterruptSyncReference(ReferenceSource):
-    """pi_old scored before each version disappears (`asyncrl_callbacks.InterruptionSync`).
+    """pi_old scored before each version disappears (`asyncrl_callbacks.InterruptSync`).
 
     Needs `rollout.weight_sync_every=1` (checked when the fit starts): the engine's version must be
     the trainer's weights at every optimizer step, or tokens of a version would be sampled after
@@ -24,7 +24,7 @@ class InterruptSyncReference(ReferenceSource):
 
     def __init__(self) -> None:
         # It finds the datamodule's rollout service itself, at its own set-up.
-        self._interruption = InterruptionSync(module_attr="policy")
+        self._interruption = InterruptSync(module_attr="policy")
 
     def callbacks(self) -> list[L.Callback]:
         return [self._interruption]
@@ -50,19 +50,19 @@ class DedicatedReference(ReferenceSource):
     It scores finished groups before they enter the buffer and, at each weight push, the partial
     turns of the outgoing version, overlapping with training. A token it could not score under its
     own version carries NaN, which the loss masks and counts (`train/nonfinite_tokens`). Needs a
-    rollout service that can host the worker (`OldLogitWorkerHost`).
+    rollout service that can host the worker (`DedicatedWorkerHost`).
     """
 
     exact = True
 
     def bind(self, rollouts: RolloutService | None) -> None:
         rollouts = require_service(rollouts, "reference=dedicated")
-        if not isinstance(rollouts, OldLogitWorkerHost):
+        if not isinstance(rollouts, DedicatedWorkerHost):
             raise TypeError(
-                f"reference=dedicated needs a rollout service that hosts an old-logit worker (`use_old_logit_worker`); "
+                f"reference=dedicated needs a rollout service that hosts an old-logit worker (`use_dedicated_worker`); "
                 f"{type(rollouts).__name__} does not"
             )
-        rollouts.use_old_logit_worker()
+        rollouts.use_dedicated_worker()
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         return batch["old_logprobs"]

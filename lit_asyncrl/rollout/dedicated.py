@@ -25,12 +25,12 @@ from lit_asyncrl.rollout.old_logits import ScoreRequest, attach, collect_unscore
 from lit_asyncrl.rollout.records import Trajectory
 
 
-class OldLogitScorer:
+class DedicatedScorer:
     """The worker's side: holds one version's weights, scores token lists with them.
 
     Messages: ("weights", version, state_dict) loads a version (no reply); ("score", request_id,
     token_lists, position_lists, temperature, top_k, pad_id) replies (request_id, version, scores,
-    seconds). Runs in a process of its own (`ProcessWorker`) or in a Ray actor (`RayWorker`).
+    seconds). Runs in a process of its own (`DedicatedWorkerProcess`) or in a Ray actor (`DedicatedWorkerActor`).
     """
 
     def __init__(self, model_path: str, num_threads: int) -> None:
@@ -56,7 +56,7 @@ class OldLogitScorer:
 
 def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads: int) -> None:
     """Worker process: handle messages in order until told to stop."""
-    scorer = OldLogitScorer(model_path, num_threads)
+    scorer = DedicatedScorer(model_path, num_threads)
     while True:
         message = inbox.get()
         if message[0] == "stop":
@@ -66,7 +66,7 @@ def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads
             outbox.put(reply)
 
 
-class ProcessWorker:
+class DedicatedWorkerProcess:
     """The scorer in a spawned process on this machine, reached through two queues."""
 
     def __init__(self, model_path: str, num_threads: int) -> None:
@@ -102,7 +102,7 @@ class ProcessWorker:
             channel.close()
 
 
-class DedicatedOldLogitModel:
+class DedicatedWorker:
     """Main-process side: sends weights and score requests, attaches replies on the engine loop."""
 
     def __init__(
@@ -113,7 +113,7 @@ class DedicatedOldLogitModel:
         top_k: int,
         pad_id: int,
         num_threads: int = 1,
-        worker_factory: Callable[[str, int], Any] = ProcessWorker,
+        worker_factory: Callable[[str, int], Any] = DedicatedWorkerProcess,
     ) -> None:
         self.model_path, self.num_threads, self.worker_factory = str(model_path), num_threads, worker_factory
         self.sampling = (temperature, top_k, pad_id)

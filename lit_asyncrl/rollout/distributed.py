@@ -122,8 +122,8 @@ class RankZeroRollouts:
         return received[0]
 
     # -- the protocol -------------------------------------------------------------------------
-    def use_old_logit_worker(self) -> None:
-        self.service.use_old_logit_worker()  # records the choice; only the host starts the worker
+    def use_dedicated_worker(self) -> None:
+        self.service.use_dedicated_worker()  # records the choice; only the host starts the worker
 
     def launch_early(self) -> None:
         if self.is_host:

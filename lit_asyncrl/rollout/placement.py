@@ -8,22 +8,22 @@ from collections.abc import Callable
 from typing import Any
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.rollout.dedicated import ProcessWorker
+from lit_asyncrl.rollout.dedicated import DedicatedWorkerProcess
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.rollout_config import PlacementSettings
 
 
 def placement_factories(settings: PlacementSettings) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(engine factory, old-logit worker factory) for `settings.placement`: `VLLMEngine` and
-    `ProcessWorker` here, or `RayEngine` and `RayWorker` partials with the actors' resources."""
+    `DedicatedWorkerProcess` here, or `RayEngine` and `DedicatedWorkerActor` partials with the actors' resources."""
     if settings.placement == "local":
-        return VLLMEngine, ProcessWorker
+        return VLLMEngine, DedicatedWorkerProcess
     if importlib.util.find_spec("ray") is None:
         placement_key = config_key("rollout.placement")
         raise ValueError(f'{placement_key}=ray needs Ray: pip install "lit-asyncrl[ray]" (or set {placement_key}=local)')
+    from lit_asyncrl.rollout.ray_dedicated_worker import DedicatedWorkerActor
     from lit_asyncrl.rollout.ray_engine import RayEngine
     from lit_asyncrl.rollout.ray_placement import RayPlacement
-    from lit_asyncrl.rollout.ray_worker import RayWorker
 
     resources = RayPlacement(address=settings.ray_address, num_cpus=settings.ray_cpus_per_engine, num_gpus=settings.ray_gpus_per_engine)
-    return functools.partial(RayEngine, placement=resources), functools.partial(RayWorker, placement=resources)
+    return functools.partial(RayEngine, placement=resources), functools.partial(DedicatedWorkerActor, placement=resources)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
@@ -44,7 +44,7 @@ class RolloutProducer:
         max_context: int,
         seed: int,
         groups_per_version: int | None = None,
-        old_logit_model: DedicatedOldLogitModel | None = None,
+        dedicated: DedicatedWorker | None = None,
         env_failure_limit: float = 0.5,
         env_failure_window: int = 64,
         group_ids: Iterator[int] | None = None,
@@ -55,7 +55,7 @@ class RolloutProducer:
         self.max_concurrent_groups = max_concurrent_groups
         self.sampling = {"temperature": temperature, "top_k": top_k, "max_context": max_context}
         self.groups_per_version = groups_per_version
-        self.old_logit_model = old_logit_model
+        self.dedicated = dedicated
         self.scoring_wait_s = 0.0
         self.timed_out_episodes = 0
         #: Environment failures of the episodes (by reason, timeouts included) and over the last
@@ -195,7 +195,7 @@ class RolloutProducer:
     async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:
         """Dedicated route: a group enters the buffer only with pi_old on every token."""
         start = time.monotonic()
-        future = self.old_logit_model.submit(episodes)
+        future = self.dedicated.submit(episodes)
         if future is not None:
             await future
         self.scoring_wait_s += time.monotonic() - start
@@ -227,7 +227,7 @@ class RolloutProducer:
             self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
             kept = self._drop_failed(trajectories)
             if kept:
-                if self.old_logit_model is not None:
+                if self.dedicated is not None:
                     await self._wait_for_old_logprobs(kept)
                 for trajectory, advantage in zip(kept, group_normalized_advantages([t.reward for t in kept])):
                     trajectory.advantage = advantage

@@ -1,7 +1,7 @@
 """Placement by Ray: where each engine or worker actor runs and with what resources, and the Ray
 instance of this process (joined, or started for the run and stopped with its last user).
 
-The actors themselves: `ray_engine.RayEngine` (a vLLM engine) and `ray_worker.RayWorker` (the
+The actors themselves: `ray_engine.RayEngine` (a vLLM engine) and `ray_dedicated_worker.DedicatedWorkerActor` (the
 dedicated old-logit worker). Ray is an extra (`pip install "lit-asyncrl[ray]"`); nothing here
 imports it before an actor starts.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.producer import RolloutProducer
 
@@ -15,7 +15,7 @@ def rollout_stats(
     lane_producers: Sequence[RolloutProducer | None],
     engines: Sequence[Engine | None],
     engine_restarts: int,
-    dedicated: DedicatedOldLogitModel | None,
+    dedicated: DedicatedWorker | None,
 ) -> dict[str, float]:
     """Counts from the buffer, throughput and failures from the producers (one per engine lane, None
     for a lane without one; per-lane figures with several lanes)."""

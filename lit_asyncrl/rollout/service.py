@@ -119,10 +119,10 @@ class RolloutService(Protocol):
 
 
 @runtime_checkable
-class OldLogitWorkerHost(Protocol):
+class DedicatedWorkerHost(Protocol):
     """A rollout service that can score pi_old in a dedicated worker (`reference=dedicated`)."""
 
-    def use_old_logit_worker(self) -> None:
+    def use_dedicated_worker(self) -> None:
         """Score pi_old in a dedicated worker while each version is alive (call before `start`)."""
 
 

@@ -14,7 +14,7 @@ import torch
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.engine_lanes import EngineLanes, lane_share
@@ -69,7 +69,7 @@ class VLLMRolloutService:
         self.engine_config = self._engine_config(trainer_processes=1)
         if rollout.placement == "local":  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
             parallelism_args(self.engine_config, trainer_device_type())
-        self.engine_factory, self.old_logit_worker_factory = placement_factories(rollout)
+        self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout)
         self.liveness_poll_s = liveness_poll_s
         self.max_engine_restarts, self.engine_restarts = rollout.engine_restarts, 0
         self._weights: Mapping[str, torch.Tensor] = {}
@@ -87,7 +87,7 @@ class VLLMRolloutService:
         self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
         self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()
-        self.dedicated: DedicatedOldLogitModel | None = None
+        self.dedicated: DedicatedWorker | None = None
         self._use_dedicated = False
 
     def _engine_config(self, trainer_processes: int) -> EngineConfig:
@@ -118,9 +118,9 @@ class VLLMRolloutService:
         return self.lanes.started
 
     # -- lifecycle --------------------------------------------------------------------------
-    def use_old_logit_worker(self) -> None:
+    def use_dedicated_worker(self) -> None:
         if self.started:
-            raise RuntimeError("use_old_logit_worker() must be called before start()")
+            raise RuntimeError("use_dedicated_worker() must be called before start()")
         if self.num_engines != 1:
             # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
             raise ValueError(f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, got {self.num_engines}")
@@ -159,12 +159,12 @@ class VLLMRolloutService:
         """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
         engine = self.lanes.engine_up(lane, self._version)
         if self._use_dedicated and self.dedicated is None:
-            self.dedicated = DedicatedOldLogitModel(
+            self.dedicated = DedicatedWorker(
                 self.model_path,
                 temperature=self.temperature,
                 top_k=self.top_k,
                 pad_id=self.pad_id,
-                worker_factory=self.old_logit_worker_factory,
+                worker_factory=self.dedicated_worker_factory,
             )
             self.dedicated.start(engine.loop)
             self.dedicated.send_weights(self._weights, self._version)
@@ -183,7 +183,7 @@ class VLLMRolloutService:
             # Each lane, and each restart, draws other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane,
             groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
-            old_logit_model=self.dedicated,
+            dedicated=self.dedicated,
             env_failure_limit=self.rollout.env_failure_limit,
             env_failure_window=self.rollout.env_failure_window,
             group_ids=self._group_ids,

@@ -8,7 +8,7 @@ import torch
 from asyncrl_callbacks import SnapshotRetention
 from transformers import AutoModelForCausalLM
 
-from lit_asyncrl.rollout.dedicated import DedicatedOldLogitModel
+from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.old_logits import attach, collect_unscored, model_score_fn, score_requests
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
@@ -50,7 +50,7 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
     snapshots = SnapshotRetention(max_staleness=3)
     snapshots.save_version(base, models[0])
     engine.push_weights(models[0].state_dict(), version=base)
-    dedicated = DedicatedOldLogitModel(tiny_model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0)
+    dedicated = DedicatedWorker(tiny_model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0)
     dedicated.start(engine.loop)
     dedicated.send_weights(models[0].state_dict(), base)
 

@@ -103,8 +103,8 @@ def test_ppo_ewma_starts_from_the_warmed_up_weights_and_logs_its_state(tmp_path)
 
 def test_interrupt_sync_reference_gives_exact_old_logprobs(tmp_path):
     rows = run_exact_route("interrupt_sync", tmp_path)
-    assert all(row["interrupt/stall_s"] > 0 for row in rows)
-    assert sum(row["interrupt/scored_tokens"] for row in rows) > 0
+    assert all(row["interrupt_sync/stall_s"] > 0 for row in rows)
+    assert sum(row["interrupt_sync/scored_tokens"] for row in rows) > 0
 
 
 def test_dedicated_old_logit_model_gives_exact_old_logprobs(tmp_path):

@@ -4,7 +4,7 @@ import functools
 
 import pytest
 
-from lit_asyncrl.rollout.dedicated import ProcessWorker
+from lit_asyncrl.rollout.dedicated import DedicatedWorkerProcess
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.placement import placement_factories
@@ -25,15 +25,15 @@ def test_parallelism_inside_an_engine_is_refused_on_cpu_naming_the_keys():
 
 
 def test_placement_selects_where_engines_and_the_old_logit_worker_run():
-    assert placement_factories(PlacementSettings()) == (VLLMEngine, ProcessWorker)
+    assert placement_factories(PlacementSettings()) == (VLLMEngine, DedicatedWorkerProcess)
     pytest.importorskip("ray")
+    from lit_asyncrl.rollout.ray_dedicated_worker import DedicatedWorkerActor
     from lit_asyncrl.rollout.ray_engine import RayEngine
     from lit_asyncrl.rollout.ray_placement import RayPlacement
-    from lit_asyncrl.rollout.ray_worker import RayWorker
 
     chosen = placement_factories(PlacementSettings(placement="ray", ray_address="auto", ray_cpus_per_engine=0.5, ray_gpus_per_engine=1.0))
     expected = {"placement": RayPlacement(address="auto", num_cpus=0.5, num_gpus=1.0)}
-    for factory, cls in zip(chosen, (RayEngine, RayWorker)):
+    for factory, cls in zip(chosen, (RayEngine, DedicatedWorkerActor)):
         assert isinstance(factory, functools.partial) and factory.func is cls
         assert factory.keywords == expected
 

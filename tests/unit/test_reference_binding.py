@@ -16,7 +16,7 @@ from tests.unit.test_training_step import FakeRollouts, ListDataModule, all_vers
 class NoWorkerRollouts(FakeRollouts):
     """A rollout service without the dedicated worker's switch."""
 
-    use_old_logit_worker = None  # type: ignore[assignment]
+    use_dedicated_worker = None  # type: ignore[assignment]
 
 
 def test_interrupt_sync_needs_a_service_that_pushes_every_step():
@@ -33,7 +33,7 @@ def test_interrupt_sync_needs_a_service_that_pushes_every_step():
 def test_the_dedicated_worker_is_asked_of_a_service_that_hosts_one_and_refused_otherwise():
     rollouts = FakeRollouts()
     DedicatedReference().bind(rollouts)
-    assert rollouts.calls == [("use_old_logit_worker",)]
+    assert rollouts.calls == [("use_dedicated_worker",)]
     with pytest.raises(TypeError, match="^reference=dedicated needs a rollout service that hosts an old-logit worker"):
         DedicatedReference().bind(NoWorkerRollouts())
 
@@ -56,7 +56,7 @@ def test_the_module_binds_its_reference_and_its_shadow_once_per_fit(fidelity):
     rollouts = FakeRollouts()
     make_trainer(1, []).fit(module, datamodule=ListDataModule([batch], rollouts))
     # Asked once, at set-up, before the service started.
-    asked = [call[0] for call in rollouts.calls if call[0] in ("use_old_logit_worker", "start")]
-    assert asked == ["use_old_logit_worker", "start"]
+    asked = [call[0] for call in rollouts.calls if call[0] in ("use_dedicated_worker", "start")]
+    assert asked == ["use_dedicated_worker", "start"]
     if fidelity:  # the shadow follows the service's cap (3), not its fallback window (8)
         assert module.fidelity.exact.retention.store.max_staleness == 3

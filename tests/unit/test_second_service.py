@@ -45,7 +45,7 @@ class ReplayService:
     def load_state_dict(self, state: dict) -> None:
         self.calls.append(("load_state_dict", state))
 
-    def use_old_logit_worker(self) -> None:
+    def use_dedicated_worker(self) -> None:
         raise AssertionError("not with reference=none")
 
     def launch_early(self) -> None:

@@ -40,8 +40,8 @@ class FakeRollouts:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def use_old_logit_worker(self) -> None:
-        self.calls.append(("use_old_logit_worker",))
+    def use_dedicated_worker(self) -> None:
+        self.calls.append(("use_dedicated_worker",))
 
     def launch_early(self) -> None:
         self.calls.append(("launch_early",))
@@ -169,7 +169,7 @@ def test_one_step_on_policy_batch_pushes_weights_and_logs_hand_values():
     lifecycle = [call for call in rollouts.calls if call[0] in ("start", "publish")]
     assert lifecycle == [("start", 0, weight_names), ("publish", 1, weight_names)]
     assert ("stats",) in rollouts.calls
-    assert not any(call[0] in ("pause", "resume", "score_unscored", "use_old_logit_worker") for call in rollouts.calls)
+    assert not any(call[0] in ("pause", "resume", "score_unscored", "use_dedicated_worker") for call in rollouts.calls)
 
     (metrics,) = recorder.per_step
     # success [1, 0, 1, 1] -> 3/4

@@ -36,7 +36,7 @@ class InterruptibleRollouts(Protocol):
         """Let generation continue (a weight push may already have done so)."""
 
 
-class InterruptionSync(Callback):
+class InterruptSync(Callback):
     """Pause rollouts and score their unscored tokens right before each optimizer step.
 
     The weight push that follows the step (v+1) is expected to resume generation;
@@ -45,7 +45,7 @@ class InterruptionSync(Callback):
 
     Example::
 
-        trainer = Trainer(callbacks=[MyWeightPush(), InterruptionSync(rollouts=my_rollouts, module_attr="policy")])
+        trainer = Trainer(callbacks=[MyWeightPush(), InterruptSync(rollouts=my_rollouts, module_attr="policy")])
 
     Args:
         rollouts: an ``InterruptibleRollouts``; None = the trainer's datamodule's ``rollouts``
@@ -53,11 +53,11 @@ class InterruptionSync(Callback):
         module_attr: Dotted attribute of the LightningModule holding the scoring module (a Hugging
             Face causal LM, or any module returning logits or an output with ``.logits``); None =
             the LightningModule itself.
-        log_prefix: prefix of the logged metrics (``interrupt/stall_s``, ``interrupt/scored_tokens``).
+        log_prefix: prefix of the logged metrics (``interrupt_sync/stall_s``, ``interrupt_sync/scored_tokens``).
     """
 
     def __init__(
-        self, rollouts: InterruptibleRollouts | None = None, module_attr: str | None = None, log_prefix: str = "interrupt/"
+        self, rollouts: InterruptibleRollouts | None = None, module_attr: str | None = None, log_prefix: str = "interrupt_sync/"
     ) -> None:
         self.rollouts = rollouts
         self.module_attr = module_attr
@@ -72,7 +72,7 @@ class InterruptionSync(Callback):
             datamodule = trainer.datamodule
             self.rollouts = getattr(datamodule, "rollouts", datamodule)
         if not isinstance(self.rollouts, InterruptibleRollouts):
-            raise TypeError(f"InterruptionSync needs pause/score_unscored/resume on {type(self.rollouts).__name__}")
+            raise TypeError(f"InterruptSync needs pause/score_unscored/resume on {type(self.rollouts).__name__}")
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:

@@ -1,5 +1,5 @@
 """The dedicated old-logit worker's scorer in a Ray actor, behind the transport interface of its
-local process (`dedicated.ProcessWorker`)."""
+local process (`dedicated.DedicatedWorkerProcess`)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import collections
 import time
 from typing import Any
 
-from lit_asyncrl.rollout.dedicated import OldLogitScorer
+from lit_asyncrl.rollout.dedicated import DedicatedScorer
 from lit_asyncrl.rollout.ray_placement import RAY_RUNTIME, RayPlacement
 
 
-class RayWorker:
-    """The dedicated old-logit scorer in a Ray actor (the interface of `dedicated.ProcessWorker`).
+class DedicatedWorkerActor:
+    """The dedicated old-logit scorer in a Ray actor (the interface of `dedicated.DedicatedWorkerProcess`).
 
     A Ray actor runs one caller's calls in the order they were made, so a version's score
     requests are answered before the next version's weights load, as with the process's queue;
@@ -24,7 +24,7 @@ class RayWorker:
 
         RAY_RUNTIME.acquire(placement.address)
         self._runtime_held = True
-        actor_class = ray.remote(OldLogitScorer)
+        actor_class = ray.remote(DedicatedScorer)
         self._actor = actor_class.options(num_cpus=placement.num_cpus, num_gpus=placement.num_gpus).remote(model_path, num_threads)
         self._replies: collections.deque = collections.deque()  # refs of score requests, in order
         self._dead: str | None = None

@@ -1,4 +1,4 @@
-"""InterruptionSync with a recording rollout source over a real Lightning fit.
+"""InterruptSync with a recording rollout source over a real Lightning fit.
 
 The policy is a lookup table: logits[b, t] = W[input_ids[b, t]] * attention_mask[b, t], with W a
 [5, 3] matrix set by hand; the loss is W.sum(), so each SGD step (lr 0.5) subtracts 0.5 from every
@@ -12,7 +12,7 @@ import types
 import lightning as L
 import pytest
 import torch
-from asyncrl_callbacks import InterruptibleRollouts, InterruptionSync
+from asyncrl_callbacks import InterruptibleRollouts, InterruptSync
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -89,7 +89,7 @@ def expected_logits(table: torch.Tensor) -> torch.Tensor:
 def test_pause_score_resume_each_step_with_the_pre_step_weights():
     rollouts = FakeRollouts(scored=[7, 11])
     metrics = StepMetrics()
-    trainer = make_trainer(2, [InterruptionSync(rollouts=rollouts, module_attr="policy"), metrics])
+    trainer = make_trainer(2, [InterruptSync(rollouts=rollouts, module_attr="policy"), metrics])
     module = TableModule()
     trainer.fit(module, train_dataloaders=data(2))
 
@@ -112,13 +112,13 @@ def test_pause_score_resume_each_step_with_the_pre_step_weights():
     # two more steps' worth of weights after the fit: W0 - 2 * 0.5
     assert torch.equal(module.policy.table.detach(), W0 - 1.0)
     assert module.training  # train mode is restored after scoring
-    assert [step["interrupt/scored_tokens"] for step in metrics.per_step] == [7.0, 11.0]
-    assert all(step["interrupt/stall_s"] >= 0.0 for step in metrics.per_step)
+    assert [step["interrupt_sync/scored_tokens"] for step in metrics.per_step] == [7.0, 11.0]
+    assert all(step["interrupt_sync/stall_s"] >= 0.0 for step in metrics.per_step)
 
 
 def test_scoring_error_resumes_generation_before_propagating():
     rollouts = FakeRollouts(scored=[], fail=True)
-    trainer = make_trainer(2, [InterruptionSync(rollouts=rollouts, module_attr="policy")])
+    trainer = make_trainer(2, [InterruptSync(rollouts=rollouts, module_attr="policy")])
     module = TableModule()
     with pytest.raises(RuntimeError, match="scoring exploded"):
         trainer.fit(module, train_dataloaders=data(2))
@@ -135,6 +135,6 @@ def test_rollouts_without_pause_are_refused():
     class NotInterruptible:
         def pause(self) -> None: ...
 
-    trainer = make_trainer(1, [InterruptionSync(rollouts=NotInterruptible(), module_attr="policy")])
-    with pytest.raises(TypeError, match="InterruptionSync needs pause/score_unscored/resume"):
+    trainer = make_trainer(1, [InterruptSync(rollouts=NotInterruptible(), module_attr="policy")])
+    with pytest.raises(TypeError, match="InterruptSync needs pause/score_unscored/resume"):
         trainer.fit(TableModule(), train_dataloaders=data(1))
