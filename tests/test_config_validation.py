@@ -42,6 +42,18 @@ def test_rollout_settings_are_checked_when_made(settings, message):
         RolloutConfig(**settings)
 
 
+def test_a_context_without_room_for_one_whole_turn_is_refused_before_the_engine():
+    # Guess-the-number opens with BOS and "?" (2 tokens of the character tokenizer) and a turn may
+    # take max_turn_tokens = len("10") + 1 = 3 (digits and the `;`): 5 is the shortest context.
+    with pytest.raises(ValueError) as raised:
+        RolloutDataModule(rollout=RolloutConfig(max_model_len=4))
+    assert str(raised.value) == (
+        "rollout.max_model_len=4 leaves no room for one agent turn: the first prompt of GuessNumberEnv is already 2 tokens "
+        "and a turn may take 3 more (env.max_turn_tokens); set rollout.max_model_len >= 5"
+    )
+    RolloutDataModule(rollout=RolloutConfig(max_model_len=5))  # the prompt and one whole turn fit
+
+
 def test_a_route_this_machine_lacks_is_refused_when_the_service_is_built():
     with pytest.raises(ValueError, match=r"^rollout\.weight_transfer=nccl needs CUDA GPUs"):  # no CUDA on this machine
         RolloutDataModule(rollout=RolloutConfig(weight_transfer="nccl"))
@@ -119,6 +131,7 @@ MALFORMED = [
     (["rollout.temperature=-1"], "rollout.temperature"),
     (["rollout.dtype=float8"], "rollout.dtype"),
     (["rollout.max_model_len=2"], "rollout.max_model_len"),  # the first prompt alone fills it
+    (["rollout.max_model_len=4"], "rollout.max_model_len=4 leaves no room for one agent turn"),  # prompt 2 + turn 3
     (["rollout.max_model_len=1.5"], "rollout.max_model_len"),
     (["rollout.mode=semi"], "rollout.mode"),
     (["rollout.mode=sync", "rollout.weight_sync_every=2"], "rollout.weight_sync_every"),

@@ -25,12 +25,15 @@ def check_tokenizer_fits_model(model_path: str, tokenizer: Any) -> None:
 
 
 def check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, max_model_len: int, seed: int) -> None:
-    """Refuse a context too short for the first prompt and one token of answer (it would spin, not train)."""
+    """Refuse a context too short for the first prompt and one whole agent turn (`env.max_turn_tokens`):
+    shorter, every episode would be cut inside its first answer and the run would train on stubs."""
     opening = Trajectory(group_id=-1)
     instance = training_instance(env, random.Random(seed))
     episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
-    if len(opening.token_ids) >= max_model_len:
+    prompt, turn = len(opening.token_ids), env.max_turn_tokens
+    if prompt + turn > max_model_len:
+        key = config_key("rollout.max_model_len")
         raise ValueError(
-            f"{config_key('rollout.max_model_len')}={max_model_len} leaves no room for the agent: the first prompt of {type(env).__name__} "
-            f"is already {len(opening.token_ids)} tokens"
+            f"{key}={max_model_len} leaves no room for one agent turn: the first prompt of {type(env).__name__} is already "
+            f"{prompt} tokens and a turn may take {turn} more (env.max_turn_tokens); set {key} >= {prompt + turn}"
         )
