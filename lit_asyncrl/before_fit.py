@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import lightning as L
+from lightning.pytorch.loggers import CSVLogger
 
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.fsdp import check_reference_supported
@@ -16,6 +20,17 @@ def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer
     module.reference.check_rollout_settings(datamodule.rollouts.max_version_gap)
     check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
     check_reference_supported(trainer.strategy, module.reference, fidelity=module.fidelity is not None)
+    warn_of_replaced_metrics(trainer)
+
+
+def warn_of_replaced_metrics(trainer: L.Trainer) -> None:
+    """Say so when the run's CSV log will replace an earlier run's metrics.csv (Lightning's CSV
+    logger deletes it; its own warning, silenced, fires for any non-empty dir)."""
+    for logger in trainer.loggers:
+        if isinstance(logger, CSVLogger) and trainer.is_global_zero:
+            metrics = Path(logger.log_dir) / "metrics.csv"
+            if metrics.is_file():
+                warnings.warn(f"{metrics} holds an earlier run's metrics; this run replaces them", stacklevel=2)
 
 
 def launch_and_warm_start(

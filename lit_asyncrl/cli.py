@@ -31,6 +31,11 @@ class AsyncRLCLI(LightningCLI):
         with keys_spelled_as(CLI_SPELLING):
             super().__init__(*args, **kwargs)
 
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        # Only what a run of this library does: train, or evaluate a checkpoint on held-out instances.
+        return {key: skipped for key, skipped in LightningCLI.subcommands().items() if key in ("fit", "validate")}
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.model_path", "data.model_path")
         parser.add_class_arguments(WarmStart, "warm_start")
@@ -43,6 +48,7 @@ class AsyncRLCLI(LightningCLI):
 
 
 def main(argv: list[str] | None = None) -> None:
+    given = argv
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bounds"]:
         from lit_asyncrl.losses.bounds_table import main as bounds_main
@@ -56,7 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     # on_exception); SIGTERM is turned into such an exception.
     quiet_known_warnings()
     with sigterm_raises():
-        AsyncRLCLI(AsyncRLModule, RolloutDataModule, args=argv, save_config_kwargs={"overwrite": True})
+        # `args=None` reads the command line itself: handing it `sys.argv` again makes Lightning warn
+        # that it was given both.
+        AsyncRLCLI(AsyncRLModule, RolloutDataModule, args=given, save_config_kwargs={"overwrite": True})
 
 
 if __name__ == "__main__":

@@ -109,7 +109,8 @@ def quiet_known_warnings() -> None:
     `training_step(dataloader_iter)` is deliberate (no prefetch: a prefetched batch would be one
     version staler); Lightning warns about that signature at every fit. The held-out evaluation is an
     IterableDataset with a length (its chunks, for the progress bar) read in this process only.
-    Lightning's tip advertising its cloud logger is dropped too (runs log to CSV on purpose), and
+    Lightning's CSV logger's note that the run dir is not empty is replaced by a precise warning
+    (`before_fit.warn_of_replaced_metrics`). Lightning's tip advertising its cloud logger is dropped too (runs log to CSV on purpose), and
     transformers' bar for loading a model's weights (a run loads its small policy several times: the
     module, the warm start, the references; Lightning's own bar is the one to watch).
     """
@@ -119,6 +120,10 @@ def quiet_known_warnings() -> None:
     warnings.filterwarnings("ignore", message=r".*`dataloader_iter`.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined.*")
+    # The RL log shares its run dir with Hydra's files and the warm start's log, so Lightning's CSV
+    # logger always finds the dir "not empty"; it only replaces a metrics.csv already there, which
+    # `before_fit.check_settings` names itself.
+    warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty.*")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_LITLOGGER_TIP)
 
 

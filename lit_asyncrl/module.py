@@ -101,11 +101,14 @@ class AsyncRLModule(L.LightningModule):
 
     def configure_callbacks(self) -> list[L.Callback]:
         from lit_asyncrl.lifecycle import SigtermStaysOurs
+        from lit_asyncrl.progress_bar import stream_progress_bar
         from lit_asyncrl.trainer_callbacks import EngineWeightSync, RolloutStatsLogger
 
         # Order matters: weights are published before the reference's callbacks act on a step's end.
         # Not required: with a DataModule of ready-made batches (no rollout service) they do nothing.
         return [
+            # Replaces the trainer's own bar (a subclass of it), which would read "Epoch 0/-2".
+            stream_progress_bar("RL"),
             SigtermStaysOurs(),
             EngineWeightSync(required=False),
             RolloutStatsLogger(required=False),

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment, call_blocking
+from lit_asyncrl.progress_bar import stream_progress_bar
 from lit_asyncrl.rollout.episode_format import EpisodeFormat, episode_formats_for
 from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory, collate
@@ -115,6 +116,7 @@ class WarmStart:
             log_every_n_steps=1,
             enable_checkpointing=False,
             enable_model_summary=False,
+            callbacks=[stream_progress_bar("Warm start")],
             **trainer_kwargs,
         )
         loader = DataLoader(DemonstrationStream(env, tokenizer, self.batch_size, self.seed), batch_size=None, num_workers=0)

@@ -29,6 +29,7 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     assert "Triton is installed" not in console and "litlogger" not in console
     # Nor transformers' bar for each load of the policy's weights.
     assert "Loading weights" not in console
+    assert_no_console_warts(console)
     # The warm start is its own fit, logged apart; its NLL falls.
     warm = read_warm_start(run_dir)
     assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]
@@ -45,8 +46,21 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     assert abs(first["train/ratio_max"] - 1) < 1e-3 and abs(first["train/ratio_min"] - 1) < 1e-3
 
 
+#: What a user read as trouble on every run (the front-door issue): each must stay off the console.
+CONSOLE_WARTS = (
+    "Epoch 0/-2",  # the progress bar of a stream without epochs
+    "exists and is not empty",  # Lightning's CSV logger on a run dir holding Hydra's files and the warm start's log
+    "args parameter is intended",  # the CLI handed sys.argv twice
+)
+
+
+def assert_no_console_warts(console: str) -> None:
+    assert [wart for wart in CONSOLE_WARTS if wart in console] == []
+    assert "RL" in console and "Warm start" in console  # the bars name their phases
+
+
 def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
-    run_command(
+    result = run_command(
         [
             sys.executable,
             "-m",
@@ -87,6 +101,7 @@ def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
     warm = read_warm_start(tmp_path)
     assert len(warm) == 5  # the warm start ran as its own fit, before RL (which starts at step 0)
     assert rows[0]["step"] == 0
+    assert_no_console_warts(result.stdout + result.stderr)
 
 
 def test_hydra_multirun_over_two_losses_in_sync_mode_trains_on_policy(tmp_path):

@@ -26,3 +26,57 @@ def test_transformers_loading_bar_is_off():
     transformers_logging.enable_progress_bar()
     quiet_known_warnings()
     assert not transformers_logging.is_progress_bar_enabled()
+
+
+def test_the_cli_offers_fit_and_validate_and_reads_its_command_line_once(monkeypatch, capsys):
+    import sys
+    import warnings
+
+    import pytest
+
+    from lit_asyncrl.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["lit-asyncrl", "--help"])
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit):
+        warnings.simplefilter("always")
+        main()
+    help_text = capsys.readouterr().out
+    assert "{fit,validate}" in help_text and "predict" not in help_text
+    # Handed sys.argv a second time, Lightning warned at every start that it got both.
+    assert not [w for w in caught if "args parameter is intended" in str(w.message)]
+
+
+def test_a_streams_progress_bar_names_its_phase_not_an_epoch_count():
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from lit_asyncrl.progress_bar import PhaseProgressBar, stream_progress_bar
+
+    bar = stream_progress_bar("RL")
+    assert isinstance(bar, PhaseProgressBar) and isinstance(bar, RichProgressBar)  # replaces Lightning's default bar
+    # Padded to the validation line's width ("Validation", 10 characters), like Lightning's own.
+    assert bar._get_train_description(current_epoch=0) == "RL        "
+
+
+def test_lightnings_note_on_a_non_empty_log_dir_is_replaced_by_ours(tmp_path):
+    import warnings
+
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lit_asyncrl.before_fit import warn_of_replaced_metrics
+
+    quiet_known_warnings()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        quiet_known_warnings()
+        (tmp_path / ".hydra").mkdir()
+        trainer = L.Trainer(logger=CSVLogger(tmp_path, name="", version=""), enable_progress_bar=False, enable_model_summary=False)
+        warn_of_replaced_metrics(trainer)  # a fresh run dir: nothing to say
+        trainer.logger.log_metrics({"a": 1.0}, step=0)
+        trainer.logger.save()
+        assert not [w for w in caught if "exists and is not empty" in str(w.message)]
+        assert not caught or all("earlier run" not in str(w.message) for w in caught)
+        warn_of_replaced_metrics(trainer)
+    assert [str(w.message) for w in caught if "earlier run" in str(w.message)] == [
+        f"{tmp_path / 'metrics.csv'} holds an earlier run's metrics; this run replaces them"
+    ]
