@@ -252,7 +252,12 @@ def test_trainer_saves_versions_zero_to_n(tmp_path):
         snapshot = callback.store.get(version)
         assert all(torch.equal(snapshot[name], tensor) for name, tensor in dict(kept.named_parameters()).items())
     assert trainer.callback_metrics["snapshot/resident"] == 4
-    assert trainer.callback_metrics["snapshot/size_gb"] == pytest.approx(callback.resident_bytes / 4 / 1024**3)
+    # One snapshot holds every parameter and buffer of the policy once (what a functional call of it
+    # needs), in its own dtype; four are resident.
+    tensors = [*module.policy.parameters(), *module.policy.buffers()]
+    snapshot_bytes = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    assert callback.resident_bytes == 4 * snapshot_bytes
+    assert trainer.callback_metrics["snapshot/size_gb"] == pytest.approx(snapshot_bytes / 1024**3)
 
 
 def test_trainer_step_scores_exact_old_logprobs_and_releases(tmp_path):

@@ -123,10 +123,24 @@ def test_the_scripted_agent_solves_training_and_held_out_instances(difficulty):
                 break
             observation = result.observation
         assert result.success and total == 1.0, env.instance_key(instance)
-        demonstration = env.demonstration(instance)
-        _, replayed = play(env, instance, [action for action, _ in demonstration])
-        assert [result.observation for result in replayed] == [observation for _, observation in demonstration]
-        assert replayed[-1].success and 2 <= len(demonstration) <= 3
+        # The demonstration is the play the desk's policy asks for, written out here from the
+        # instance's hidden order (not from the environment's own record or policy code).
+        assert env.demonstration(instance) == policy_play(instance, env.refund_window_days), env.instance_key(instance)
+
+
+def policy_play(instance, refund_window_days):
+    """The desk's policy by hand: look the order up; refund a delivered order within the window,
+    cancel a placed one, say where any order is; otherwise reply no."""
+    order = next(order for order in instance.orders if order.order_id == instance.order_id)
+    look = (f"look {order.order_id}\n", f"{order.order_id} {order.item} {order.status} {order.days}d\n")
+    if instance.request == "where":
+        return [look, (f"reply {order.status}\n", "")]
+    acts = (instance.request == "refund" and order.status == "delivered" and order.days <= refund_window_days) or (
+        instance.request == "cancel" and order.status == "placed"
+    )
+    if acts:
+        return [look, (f"{instance.request} {order.order_id}\n", "ok\n"), ("reply done\n", "")]
+    return [look, ("reply no\n", "")]
 
 
 def test_the_example_demonstration_and_the_hard_edge():
