@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader
 
 from lit_asyncrl.losses import PPOClip
 from lit_asyncrl.module import AsyncRLModule
-from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.scoring import token_logprobs
 from tests.unit.lightning_helpers import RecordingLogger, StepMetrics, make_trainer
 
@@ -229,8 +228,17 @@ def test_version_gaps_are_trainer_version_minus_token_versions():
     assert logger.keys_at(1)["train/policy_tokens/gap_1"] == 3.0 and "train/policy_tokens/gap_2" not in logger.keys_at(1)
 
 
-def test_rollout_service_fake_satisfies_protocol():
-    assert isinstance(FakeRollouts(), RolloutService)
+@pytest.mark.parametrize("missing", ["configure", "next_batch", "publish_weights", "live_versions", "state_dict", "close"])
+def test_a_service_missing_part_of_the_protocol_is_refused_naming_who_needs_it(missing):
+    from types import SimpleNamespace
+
+    from lit_asyncrl.trainer_callbacks.find import rollouts_of
+
+    incomplete = type("Incomplete", (FakeRollouts,), {missing: None})()
+    trainer = SimpleNamespace(datamodule=SimpleNamespace(rollouts=incomplete))
+    with pytest.raises(TypeError, match="^EngineWeightSync needs a rollout service"):
+        rollouts_of(trainer, "EngineWeightSync")
+    assert rollouts_of(SimpleNamespace(datamodule=SimpleNamespace(rollouts=FakeRollouts())), "EngineWeightSync") is not None
 
 
 class PlainDataModule(L.LightningDataModule):
