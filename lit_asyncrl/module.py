@@ -107,8 +107,8 @@ class AsyncRLModule(L.LightningModule):
         # Order matters: weights are published before the reference's callbacks act on a step's end.
         # Not required: with a DataModule of ready-made batches (no rollout service) they do nothing.
         return [
-            # Replaces the trainer's own bar (a subclass of it), which would read "Epoch 0/-2".
-            stream_progress_bar("RL"),
+            # Replaces the trainer's default bar (a subclass of it), which would read "Epoch 0/-2".
+            *stream_progress_bar("RL", self.trainer),
             SigtermStaysOurs(),
             EngineWeightSync(required=False),
             RolloutStatsLogger(required=False),

@@ -7,7 +7,7 @@ no epochs; `max_steps` ends the fit) that reads "Epoch 0/-2". This bar names the
 from __future__ import annotations
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 from typing_extensions import override
 
@@ -25,7 +25,13 @@ class PhaseProgressBar(RichProgressBar):
         return f"{self.phase:{max(len(self.phase), len(self.validation_description))}}"
 
 
-def stream_progress_bar(phase: str) -> L.Callback:
-    """The bar for a fit on a stream: `PhaseProgressBar` where rich is installed (Lightning's
-    default then), else Lightning's tqdm bar, which never shows the epoch count."""
-    return PhaseProgressBar(phase) if _RICH_AVAILABLE else TQDMProgressBar()
+def stream_progress_bar(phase: str, trainer: L.Trainer | None = None, enabled: bool = True) -> list[L.Callback]:
+    """The bar for a fit on a stream, as a callbacks list: `PhaseProgressBar` in place of Lightning's
+    default rich bar (the one `trainer` has, when given), and nothing where the bar is off, rich is
+    not installed (Lightning's tqdm bar never shows the epoch count) or the trainer has a bar of the
+    user's own choosing."""
+    if not enabled or not _RICH_AVAILABLE:
+        return []
+    if trainer is not None and type(trainer.progress_bar_callback) is not RichProgressBar:
+        return []
+    return [PhaseProgressBar(phase)]

@@ -116,7 +116,7 @@ class WarmStart:
             log_every_n_steps=1,
             enable_checkpointing=False,
             enable_model_summary=False,
-            callbacks=[stream_progress_bar("Warm start")],
+            callbacks=stream_progress_bar("Warm start", enabled=trainer_kwargs.get("enable_progress_bar", True)),
             **trainer_kwargs,
         )
         loader = DataLoader(DemonstrationStream(env, tokenizer, self.batch_size, self.seed), batch_size=None, num_workers=0)

@@ -1,4 +1,4 @@
-"""Every Hydra command in the README and docs/scaling.md builds its run: module, datamodule, warm
+"""Every Hydra command in the README and docs/ builds its run: module, datamodule, warm
 start and trainer (GPU commands only where a GPU is; Hydra's own `hydra...` settings are left out).
 
 The commands are read from the README itself (`python -m lit_asyncrl.train ...` and
@@ -23,15 +23,16 @@ from lit_asyncrl.train import build
 from tests.test_configs import compose_train
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-SCALING = README.parent / "docs" / "scaling.md"
+#: The README and every page of docs/ (the findings' sweeps, the benchmarks' runs, scaling out).
+DOCUMENTS = [README, *sorted((README.parent / "docs").glob("*.md"))]
 # Placeholders in the README and what stands in for them here.
 PLACEHOLDERS = {"/path/to/local/hf/model": lambda: str(resolve_model_path(None))}
 
 
 def readme_commands() -> list[list[str]]:
-    """Override lists of every Hydra command in the README and docs/scaling.md (one per sweep job)."""
+    """Override lists of every Hydra command in the README and docs/ (one per sweep job)."""
     commands = []
-    text = README.read_text() + "\n" + SCALING.read_text().replace("\\\n", " ")  # continued lines joined
+    text = "\n".join(document.read_text() for document in DOCUMENTS).replace("\\\n", " ")  # continued lines joined
     for line in text.splitlines():
         line = line.strip().strip("`")
         found = re.search(r"-m lit_asyncrl\.train\b(.*)", line) or re.search(r'make train ARGS="([^"]*)"', line)

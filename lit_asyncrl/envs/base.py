@@ -70,9 +70,10 @@ class Environment(abc.ABC):
     so the Lightning CLI can take any subclass as `class_path` + `init_args`.
 
     Held-out instances: `is_held_out` splits the instance space for good (by default a stable hash
-    of `instance_key` sends `held_out_fraction` of the instances to evaluation), `sample_instance`
-    draws training instances only and `held_out_instances` evaluation ones only, so evaluation
-    measures generalisation to instances never trained on, not only to unseen seeds.
+    of `instance_key` sends `held_out_fraction` of the instances to evaluation); the runner draws
+    training instances outside that split and evaluation ones inside it
+    (`lit_asyncrl.rollout.instances`), so evaluation measures generalisation to instances never
+    trained on, not only to unseen seeds.
 
     Args:
         latency_s: seconds of simulated latency added to every answer of the environment

@@ -29,7 +29,8 @@ def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path)
     first, second = tmp_path / "first", tmp_path / "second"
     # Slow answers (0.5 s) keep each step a few seconds long: step=3.ckpt lives until step=6.ckpt replaces it.
     slow = ["env.latency_s=0.5", "trainer.num_sanity_val_steps=0"]
-    run = Run(["experiment=ppo_ewma", "checkpoint_every=3", "trainer.max_steps=500", *slow], first)
+    # beta from the observed staleness window (W / (W + 2)): the window is part of the EWMA's state.
+    run = Run(["experiment=ppo_ewma", "reference.beta=null", "checkpoint_every=3", "trainer.max_steps=500", *slow], first)
     checkpoint_path = wait_for_complete_checkpoint(run, "step=3.ckpt")
     os.kill(run.process.pid, signal.SIGKILL)
     run.process.wait(timeout=10)
@@ -45,6 +46,7 @@ def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path)
     run_hydra(
         [
             "experiment=ppo_ewma",
+            "reference.beta=null",
             "trainer.max_steps=6",
             f"ckpt_path='{checkpoint_path}'",
             f"hydra.run.dir={second}",
@@ -61,5 +63,10 @@ def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path)
         assert row["rollout/produced"] == row["rollout/trained"] + row["rollout/dropped"] + row["rollout/pending"]
         assert row["rollout/dropped_restart"] == saved["pending"]  # the checkpoint's pending, not kept
         assert row["rollout/trained"] >= saved["trained"] and row["rollout/produced"] >= saved["produced"]
-    # The EWMA state the resumed run starts from is the checkpoint's: its reset counter carries on.
-    assert rows[0]["reference/ewma_resets"] >= ewma_states[0]["num_resets"]
+    # The EWMA state the resumed run starts from is the checkpoint's. Its first batch is on policy
+    # (gap 0), so the window its beta comes from is the checkpoint's alone: a fresh EWMA would have
+    # observed no gap and used beta 0. Its reset counter carries on (one more if that step reset).
+    window = ewma_states[0]["observed_window"]
+    assert window is not None and window > 0  # the first run trained on stale tokens
+    assert rows[0]["reference/ewma_beta"] == pytest.approx(window / (window + 2))
+    assert rows[0]["reference/ewma_resets"] - ewma_states[0]["num_resets"] in (0.0, 1.0)

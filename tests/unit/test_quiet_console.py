@@ -47,14 +47,21 @@ def test_the_cli_offers_fit_and_validate_and_reads_its_command_line_once(monkeyp
 
 
 def test_a_streams_progress_bar_names_its_phase_not_an_epoch_count():
+    import lightning as L
     from lightning.pytorch.callbacks import RichProgressBar
 
     from lit_asyncrl.progress_bar import PhaseProgressBar, stream_progress_bar
 
-    bar = stream_progress_bar("RL")
+    (bar,) = stream_progress_bar("RL")
     assert isinstance(bar, PhaseProgressBar) and isinstance(bar, RichProgressBar)  # replaces Lightning's default bar
     # Padded to the validation line's width ("Validation", 10 characters), like Lightning's own.
     assert bar._get_train_description(current_epoch=0) == "RL        "
+    # None where the bar is off, or where the trainer has a bar of the user's own choosing.
+    assert stream_progress_bar("Warm start", enabled=False) == []
+    assert stream_progress_bar("RL", L.Trainer(enable_progress_bar=False, logger=False)) == []
+    own = L.pytorch.callbacks.TQDMProgressBar()
+    assert stream_progress_bar("RL", L.Trainer(callbacks=[own], logger=False)) == []
+    assert len(stream_progress_bar("RL", L.Trainer(logger=False))) == 1  # Lightning's default rich bar
 
 
 def test_lightnings_note_on_a_non_empty_log_dir_is_replaced_by_ours(tmp_path):

@@ -1,0 +1,75 @@
+"""The README's own-task example, as a user outside the repository would use it: its code written to a
+module of their own, named in a Hydra config dir of their own and in the Lightning CLI; both front
+ends build a run on it (nothing starts)."""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+    """A folder holding the README's `my_tasks.py` and `my_conf/env/parrot.yaml`, on sys.path."""
+    text = README.read_text()
+    code = re.search(r"```python\n# my_tasks\.py[^\n]*\n(.*?)```", text, re.S).group(1)
+    target = re.search(r"#\s+(_target_: my_tasks\.\w+)", text).group(1)
+    (tmp_path / "my_tasks.py").write_text(code)
+    (tmp_path / "my_conf" / "env").mkdir(parents=True)
+    (tmp_path / "my_conf" / "env" / "parrot.yaml").write_text(target + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    sys.modules.pop("my_tasks", None)
+
+
+def test_the_example_task_plays_as_written(user_dir):
+    import my_tasks
+
+    from lit_asyncrl.rollout.instances import held_out_instances, training_instance
+
+    env = my_tasks.Parrot()
+    digit = training_instance(env, random.Random(0))
+    episode = env.new_episode(digit)
+    assert episode.reset() == f"{digit}?"
+    assert episode.step(f"{digit};") == ("", 1.0, True, False, {"success": True})
+    assert env.new_episode(digit).step(f"{(digit + 1) % 10};").reward == 0.0
+    held_out = held_out_instances(env, 10)
+    assert held_out and all(0 <= d <= 9 for d in held_out)
+    assert not {training_instance(env, random.Random(seed)) for seed in range(200)} & set(held_out)
+
+
+def test_hydra_builds_a_run_on_the_example_task_from_a_config_dir_of_ones_own(user_dir, tmp_path):
+    from lit_asyncrl.train import build
+    from tests.test_configs import compose_train
+
+    run_dir = tmp_path / "run"
+    searchpath = f"hydra.searchpath=[file://{user_dir / 'my_conf'}]"  # what --config-dir my_conf adds
+    cfg = compose_train(
+        ["env=parrot", searchpath, f"hydra.run.dir={run_dir}", f"trainer.default_root_dir={run_dir}", f"trainer.logger.save_dir={run_dir}"]
+    )
+    _, datamodule, _, _ = build(cfg)
+    assert type(datamodule.env).__name__ == "Parrot" and type(datamodule.env).__module__ == "my_tasks"
+
+
+def test_the_lightning_cli_builds_a_run_on_the_example_task_by_its_class_path(user_dir, tmp_path):
+    from lit_asyncrl.cli import AsyncRLCLI
+    from lit_asyncrl.config_dir import config_dir
+    from lit_asyncrl.datamodule import RolloutDataModule
+    from lit_asyncrl.module import AsyncRLModule
+
+    arguments = [
+        "--config",
+        f"{config_dir()}/cli/default.yaml",
+        "--data.env",
+        "my_tasks.Parrot",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    ]
+    cli = AsyncRLCLI(AsyncRLModule, RolloutDataModule, run=False, args=arguments)
+    assert type(cli.datamodule.env).__name__ == "Parrot"
