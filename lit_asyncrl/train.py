@@ -72,7 +72,16 @@ def build(cfg: DictConfig) -> tuple:
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
     warm_start = instantiate(cfg.warm_start, _convert_="all")
-    trainer = instantiate(cfg.trainer, _convert_="all")
+    # trainer.logger (the CSV log the plots and the report read) first, then the `logger` group's.
+    extra_loggers = [instantiate(node, _convert_="all") for node in cfg.get("extra_loggers") or []]
+    if extra_loggers:
+        from omegaconf import OmegaConf
+
+        trainer_settings = OmegaConf.to_container(cfg.trainer, resolve=True)
+        csv_logger = instantiate(trainer_settings.pop("logger"), _convert_="all")
+        trainer = instantiate(trainer_settings, _convert_="all", logger=[csv_logger, *extra_loggers])
+    else:
+        trainer = instantiate(cfg.trainer, _convert_="all")
     check_settings(module, datamodule, trainer)
     return module, datamodule, warm_start, trainer
 

@@ -66,7 +66,13 @@ def test_the_readme_has_its_commands():
 def test_every_readme_command_builds_its_run(overrides, tmp_path):
     overrides = [_substitute(token) for token in overrides]
     cfg = compose_train(
-        [*overrides, f"hydra.run.dir={tmp_path}", f"trainer.default_root_dir={tmp_path}", f"trainer.logger.save_dir={tmp_path}"]
+        [
+            *overrides,
+            f"hydra.run.dir={tmp_path}",
+            f"hydra.runtime.output_dir={tmp_path}",  # a Hydra app sets it (the live loggers' dir); compose does not
+            f"trainer.default_root_dir={tmp_path}",
+            f"trainer.logger.save_dir={tmp_path}",
+        ]
     )
     module, datamodule, _, trainer = build(cfg)
     assert datamodule.rollouts.engine is None  # nothing started
