@@ -9,6 +9,7 @@ import torch
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
+from lit_asyncrl.rollout.engine_core_semaphores import UNNAMED_LOCKS_VARIABLE
 from lit_asyncrl.rollout.temp_dirs import engine_environment
 from lit_asyncrl.rollout.weight_transfer import WeightSender
 
@@ -118,6 +119,8 @@ def engine_core_environment(settings: EngineConfig, config: Any) -> dict[str, st
     in_process = config.parallel_config.distributed_executor_backend == "uni" and config.device_config.device_type == "cpu"
     # vLLM's sockets and the engine core's temp files go to this process's run dir (`temp_dirs.py`).
     environment = engine_environment()
+    # No /dev/shm/sem.mp-* file outlives an engine core killed with its resource tracker.
+    environment[UNNAMED_LOCKS_VARIABLE] = "1"
     if in_process:
         # In-process, the CPU worker skips vLLM's usual thread binding and its
         # `torch.set_num_threads` calls, so the engine core would run one OpenMP thread per core

@@ -35,7 +35,7 @@ _exit_status: list[object] = []  # what the process's last `sys.exit` was called
 def register() -> None:
     """vLLM plugin hook (run in every vLLM process): arm the fast exit in an engine core that asked."""
     global _armed
-    if _armed or os.environ.get(FAST_EXIT_VARIABLE) != "1" or not _in_engine_core():
+    if _armed or os.environ.get(FAST_EXIT_VARIABLE) != "1" or not in_engine_core():
         return
     _armed = True
     plain_exit = sys.exit
@@ -58,7 +58,8 @@ def exit_code(status: object) -> int:
     return 1
 
 
-def _in_engine_core() -> bool:
+def in_engine_core() -> bool:
+    """Whether this is one of vLLM's engine-core processes (spawned, and named by vLLM)."""
     return multiprocessing.parent_process() is not None and multiprocessing.current_process().name.startswith(ENGINE_CORE_PROCESS_PREFIX)
 
 

@@ -106,7 +106,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def test_the_engine_is_one_process_with_one_openmp_thread(head_engine):
+def test_the_engine_is_one_process_with_one_openmp_thread_and_locks_without_files(head_engine):
     # On CPU the model worker runs inside the engine-core process (no second spawned process),
     # and that process runs one OpenMP thread: with one per core beside the trainer's own pool,
     # generation under a training load was 5x slower.
@@ -123,6 +123,8 @@ def test_the_engine_is_one_process_with_one_openmp_thread(head_engine):
     assert [cmdline(pid).split(b"\0")[0] for pid in vllm_processes] == [b"VLLM::EngineCore"]
     environment = Path(f"/proc/{vllm_processes[0]}/environ").read_bytes().split(b"\0")
     assert b"OMP_NUM_THREADS=1" in environment
+    # Its locks leave no file in /dev/shm (`engine_core_semaphores.py`, tested in a spawned process).
+    assert b"LIT_ASYNCRL_ENGINE_CORE_UNNAMED_LOCKS=1" in environment
 
 
 def test_the_local_engine_keeps_the_engine_protocol(head_engine, head_model_path):
