@@ -50,9 +50,14 @@ def test_experiment_instantiates(experiment, tmp_path):
     assert (
         trainer.max_steps
         == cfg.trainer.max_steps
-        == {"service_desk": 300, "service_desk_user": 300, "service_desk_llm_user": 20, "smollm2_arithmetic": 12, "task_mix": 300}.get(
-            experiment, 500
-        )
+        == {
+            "service_desk": 300,
+            "service_desk_tools": 300,
+            "service_desk_user": 300,
+            "service_desk_llm_user": 20,
+            "smollm2_arithmetic": 12,
+            "task_mix": 300,
+        }.get(experiment, 500)
     )
     periodic, final = trainer.checkpoint_callbacks
     assert periodic._every_n_train_steps == 7 and final.filename == "last"

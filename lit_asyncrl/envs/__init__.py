@@ -7,6 +7,8 @@ from lit_asyncrl.envs.llm_user import LLMUser
 from lit_asyncrl.envs.mixture import BalancedTaskMix, MixInstance, TaskMix
 from lit_asyncrl.envs.reasoning_gym_adapter import ReasoningGymEnv
 from lit_asyncrl.envs.service_desk import ServiceDeskEnv
+from lit_asyncrl.envs.service_desk_tools import ServiceDeskToolsEnv
+from lit_asyncrl.envs.tools import Grade, Tool, ToolEnv
 from lit_asyncrl.envs.users import CooperativeUser, SimulatedUser
 
 __all__ = [
@@ -14,13 +16,17 @@ __all__ = [
     "CooperativeUser",
     "Environment",
     "GemEnv",
+    "Grade",
     "GuessNumberEnv",
     "LLMUser",
     "MixInstance",
     "ReasoningGymEnv",
     "ServiceDeskEnv",
+    "ServiceDeskToolsEnv",
     "SimulatedUser",
     "TaskMix",
     "TextEnv",
+    "Tool",
+    "ToolEnv",
     "Transition",
 ]

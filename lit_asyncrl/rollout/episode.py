@@ -98,7 +98,7 @@ async def _env_call(call_env: EnvCaller, env: Environment, method: Any, *args: A
 async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed) -> None:
     first_observation = await _env_call(call_env, env, episode.reset, seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
-    _add_text(episode_format.open, trajectory, first_observation, env)
+    _add_observation(episode_format, episode_format.open, trajectory, first_observation, env)
     for _ in range(env.max_turns):
         room = max_context - len(trajectory.token_ids)
         if room < 1:
@@ -115,20 +115,22 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
         )
         trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
         trajectory.num_turns += 1
-        result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action_text(turn.token_ids)), env)
+        result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
+        trajectory.count_tool_calls(result.info)
         if result.terminated or result.truncated:
             break
-        _add_text(episode_format.add_observation, trajectory, result.observation, env)
+        _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
 
 
-def _add_text(add: Any, trajectory: Trajectory, text: Any, env: Environment) -> None:
-    if not isinstance(text, str):
-        raise EnvironmentFailure("env_malformed", f"{type(env).__name__}: observations must be text, got {text!r}")
+def _add_observation(episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment) -> None:
+    if not isinstance(observation, episode_format.observation_types):
+        expected = " or ".join(kind.__name__ for kind in episode_format.observation_types)
+        raise EnvironmentFailure("env_malformed", f"{type(env).__name__}: observations must be {expected}, got {observation!r}")
     try:
-        add(trajectory, text)
+        add(trajectory, observation)
     except UnencodableTextError as error:
         raise EnvironmentFailure("env_malformed", str(error)) from error
 

@@ -31,6 +31,9 @@ class EpisodeFormat(abc.ABC):
     #: Token ids at which the engine ends an agent turn.
     stop_token_ids: list[int]
 
+    #: What the environment's `reset` and `step` may answer (the runner refuses anything else).
+    observation_types: tuple[type, ...] = (str,)
+
     @abc.abstractmethod
     def open(self, trajectory: Trajectory, first_observation: str) -> None:
         """Append the episode's opening (the first observation and what precedes the first turn)."""
@@ -40,8 +43,8 @@ class EpisodeFormat(abc.ABC):
         """Append an environment answer after an agent turn, up to where the next turn starts."""
 
     @abc.abstractmethod
-    def action_text(self, turn_ids: list[int]) -> str:
-        """What the environment receives for an agent turn: its text, ending with `env.turn_stop`."""
+    def action(self, turn_ids: list[int]) -> str:
+        """What the environment's `step` receives for an agent turn: its text, ending with `env.turn_stop`."""
 
     @abc.abstractmethod
     def demonstrated_turn_ids(self, action: str) -> list[int]:
@@ -71,7 +74,7 @@ class PlainFormat(EpisodeFormat):
     def add_observation(self, trajectory: Trajectory, observation: str) -> None:
         trajectory.extend_context(self._encode(observation, "step"))
 
-    def action_text(self, turn_ids: list[int]) -> str:
+    def action(self, turn_ids: list[int]) -> str:
         return self.tokenizer.decode(turn_ids, skip_special_tokens=False)
 
     def demonstrated_turn_ids(self, action: str) -> list[int]:
@@ -154,25 +157,12 @@ class ChatTemplateFormat(EpisodeFormat):
         ids = self._encode(self._after_end_of_turn + before + observation + after, "step")
         trajectory.extend_context(ids if closed else [self.end_of_turn_id, *ids])
 
-    def action_text(self, turn_ids: list[int]) -> str:
+    def action(self, turn_ids: list[int]) -> str:
         content = self.tokenizer.decode([i for i in turn_ids if i not in self.stop_token_ids], skip_special_tokens=True)
         return content if content.endswith(self.turn_stop) else content + self.turn_stop
 
     def demonstrated_turn_ids(self, action: str) -> list[int]:
         return [*self._encode(action.removesuffix(self.turn_stop), "demonstration"), self.end_of_turn_id]
-
-
-def episode_format_for(tokenizer: Any, env: Environment) -> EpisodeFormat:
-    """The chat template when the tokenizer has one, raw text otherwise."""
-    if getattr(tokenizer, "chat_template", None):
-        return ChatTemplateFormat(tokenizer, env)
-    return PlainFormat(tokenizer, env)
-
-
-def episode_formats_for(tokenizer: Any, env: Environment) -> dict[str | None, EpisodeFormat]:
-    """The format of each task `env` plays, by task name (`Environment.tasks`): one for a single
-    task, one per task of a mixture (each with its own stop text and chat roles)."""
-    return {name: episode_format_for(tokenizer, task) for name, task in env.tasks().items()}
 
 
 def _split(text: str, marker: str, what: str) -> tuple[str, str]:

@@ -58,6 +58,10 @@ class RolloutProducer:
         self.dedicated = dedicated
         self.scoring_wait_s = 0.0
         self.timed_out_episodes = 0
+        #: A tool task's calls by tool and failed calls by reason, and the calls of recent episodes.
+        self.tool_calls: collections.Counter[str] = collections.Counter()
+        self.tool_call_errors: collections.Counter[str] = collections.Counter()
+        self.recent_tool_calls: collections.deque[int] = collections.deque(maxlen=env_failure_window)
         #: Environment failures of the episodes (by reason, timeouts included) and over the last
         #: `env_failure_window` episodes, where a share above `env_failure_limit` stops the run.
         self.env_failures: collections.Counter[str] = collections.Counter()
@@ -88,6 +92,9 @@ class RolloutProducer:
         """Keep the statistics of the producer this one replaces (after an engine restart)."""
         self.timed_out_episodes, self.policy_tokens = previous.timed_out_episodes, previous.policy_tokens
         self.env_failures.update(previous.env_failures)
+        self.tool_calls.update(previous.tool_calls)
+        self.tool_call_errors.update(previous.tool_call_errors)
+        self.recent_tool_calls.extend(previous.recent_tool_calls)
         self.recent_failures.extend(previous.recent_failures)
         self.started_at = previous.started_at
 
@@ -225,6 +232,10 @@ class RolloutProducer:
                 )
             )
             self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
+            for trajectory in trajectories:
+                self.tool_calls.update(trajectory.tool_calls)
+                self.tool_call_errors.update(trajectory.tool_call_errors)
+                self.recent_tool_calls.append(sum(trajectory.tool_calls.values()))
             kept = self._drop_failed(trajectories)
             if kept:
                 if self.dedicated is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -46,6 +47,14 @@ class Trajectory:
     misattributed_scores: int = 0
     #: The task of a mixture that played the episode (None for a single task).
     task: str | None = None
+    #: A tool task's calls by tool, and its calls answered with an error by reason (`envs/tools`).
+    tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+
+    def count_tool_calls(self, info: dict) -> None:
+        """Add one step's tool calls and errors (a tool task's `info["tool_calls"]`, `info["tool_call_errors"]`)."""
+        self.tool_calls.update(info.get("tool_calls", {}))
+        self.tool_call_errors.update(info.get("tool_call_errors", {}))
 
     def extend_context(self, token_ids: list[int]) -> None:
         """Append tokens the policy did not write (prompt or observation)."""

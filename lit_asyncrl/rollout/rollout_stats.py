@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 
+from lit_asyncrl.envs.tools import ERROR_REASONS, ToolEnv
 from lit_asyncrl.rollout.buffer import RolloutBuffer
 from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.engine_protocol import Engine
@@ -31,6 +33,7 @@ def rollout_stats(
         recent = [failed for p in producers for failed in p.recent_failures]
         stats["rollout/env_failure_rate"] = sum(recent) / max(len(recent), 1)
     stats["rollout/engine_restarts"] = float(engine_restarts)
+    stats.update(tool_call_stats(producers))
     if len(lane_producers) > 1:
         for lane, producer in enumerate(lane_producers):
             stats[f"rollout/engine_{lane}/in_flight_groups"] = float(producer.in_flight_groups if producer else 0)
@@ -41,4 +44,20 @@ def rollout_stats(
         stats["dedicated/scored_tokens"] = float(dedicated.scored_tokens)
         stats["dedicated/score_s"] = dedicated.score_seconds
         stats["dedicated/group_wait_s"] = producer.scoring_wait_s if producer else 0.0
+    return stats
+
+
+def tool_call_stats(producers: Sequence[RolloutProducer]) -> dict[str, float]:
+    """A tool task's `rollout/tool_calls/<tool>` and `rollout/tool_call_errors/<reason>` (counts over
+    the run) and `rollout/tool_calls_per_episode` (over the recent episodes); none for other tasks."""
+    if not any(isinstance(task, ToolEnv) for producer in producers for task in producer.env.tasks().values()):
+        return {}
+    calls, errors = collections.Counter(), collections.Counter(dict.fromkeys(ERROR_REASONS, 0))
+    for producer in producers:
+        calls.update(producer.tool_calls)
+        errors.update(producer.tool_call_errors)
+    recent = [count for producer in producers for count in producer.recent_tool_calls]
+    stats = {f"rollout/tool_calls/{tool}": float(count) for tool, count in sorted(calls.items())}
+    stats.update({f"rollout/tool_call_errors/{reason}": float(count) for reason, count in errors.items()})
+    stats["rollout/tool_calls_per_episode"] = sum(recent) / len(recent) if recent else 0.0
     return stats

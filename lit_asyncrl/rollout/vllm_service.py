@@ -19,7 +19,7 @@ from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.engine_lanes import EngineLanes, lane_share
 from lit_asyncrl.rollout.engine_protocol import Engine, EngineDeadError
-from lit_asyncrl.rollout.episode_format import episode_formats_for
+from lit_asyncrl.rollout.format_for_task import episode_formats_for
 from lit_asyncrl.rollout.frozen_engines import start_frozen_engine
 from lit_asyncrl.rollout.held_out import HeldOutEvaluator
 from lit_asyncrl.rollout.old_logits import score_unscored_on

@@ -12,7 +12,8 @@ from lit_asyncrl.envs.mixture import keep_rate
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
-from lit_asyncrl.rollout.episode_format import PlainFormat, episode_formats_for
+from lit_asyncrl.rollout.episode_format import PlainFormat
+from lit_asyncrl.rollout.format_for_task import episode_formats_for
 from lit_asyncrl.rollout.instances import held_out_instances, training_instance
 from lit_asyncrl.rollout.records import Trajectory, task_columns
 from lit_asyncrl.warm_start import demonstration_trajectories

@@ -23,7 +23,8 @@ from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
-from lit_asyncrl.rollout.episode_format import ChatTemplateFormat, episode_format_for
+from lit_asyncrl.rollout.episode_format import ChatTemplateFormat
+from lit_asyncrl.rollout.format_for_task import episode_format_for
 from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.scoring import token_logprobs

@@ -170,7 +170,7 @@ def crash(*args):
         (faulty_env(step=lambda action: ("H", float("nan"), False, False, {})), "env_malformed", "reward: a finite number"),
         (faulty_env(step=lambda action: ("H", "lots", False, False, {})), "env_malformed", "reward: a finite number"),
         (faulty_env(step=lambda action: ("H", 0.0, False, False, None)), "env_malformed", "info: a dict"),
-        (faulty_env(step=lambda action: (None, 0.0, False, False, {})), "env_malformed", "observations must be text"),
+        (faulty_env(step=lambda action: (None, 0.0, False, False, {})), "env_malformed", "observations must be str, got None"),
         (faulty_env(reset=lambda: "caf\u00e9"), "env_malformed", "cannot encode: ['\u00e9']"),
     ],
     ids=["reset raises", "step raises", "not a transition", "nan reward", "text reward", "info not a dict", "no text", "unencodable"],

@@ -15,7 +15,8 @@ from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
-from lit_asyncrl.rollout.episode_format import ChatTemplateFormat, PlainFormat, episode_format_for
+from lit_asyncrl.rollout.episode_format import ChatTemplateFormat, PlainFormat
+from lit_asyncrl.rollout.format_for_task import episode_format_for
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import pad_token_id
 from lit_asyncrl.warm_start import demonstration_trajectories
@@ -129,9 +130,9 @@ def test_a_turn_cut_short_is_closed_before_the_next_message(chat):
 def test_the_environment_receives_its_own_turn_format(chat):
     env = GuessNumberEnv()
     chat_format, plain_format = ChatTemplateFormat(chat, env), PlainFormat(chat, env)
-    assert chat_format.action_text(ids(chat, "3;<|im_end|>")) == "3;"
-    assert chat_format.action_text(ids(chat, "3")) == "3;"  # cut short: the stop text is added
-    assert plain_format.action_text(ids(chat, "3;")) == "3;"
+    assert chat_format.action(ids(chat, "3;<|im_end|>")) == "3;"
+    assert chat_format.action(ids(chat, "3")) == "3;"  # cut short: the stop text is added
+    assert plain_format.action(ids(chat, "3;")) == "3;"
     assert plain_format.stop_token_ids == [ids(chat, ";")[0], chat.eos_token_id]
 
 

@@ -1,0 +1,221 @@
+"""Tasks whose agent calls tools as chat models do: JSON function calls, answered by `tool` messages.
+
+A `ToolEnv` sits on the text protocol of `envs/base.py` (`reset` / `step`): the episode runner is
+the same, and only what crosses it is richer. `reset` answers a `ToolOpening` (the first messages
+and the tool schemas) instead of a string; `step` receives the model's turn as the model's own tool
+parser read it (an `AssistantTurn`: text and calls) instead of its raw text, and answers the calls'
+results as `ToolMessage`s. The episode format (`rollout/tool_call_format.py`) does the model's
+side: it renders the schemas and results the way the model's chat template expects, and parses
+each turn with vLLM's tool parser for the model (`tool_parser`), so a task never sees model syntax.
+
+A task gives:
+- `generate_instance(rng)`: an instance (as for every environment);
+- `new_state(instance)`: what the tools act on, fresh for each episode;
+- `tools(state)`: the tools over that state, plain functions (sync or `async def`, with type hints
+  and an `Args:` docstring: `get_json_schema` makes their schema) or `Tool`s (a schema and a callable);
+- `opening(instance)`: the first messages (e.g. the user's request);
+- `grade(state, transcript)`: the reward and whether the task was solved, from the final state and
+  the transcript (OpenAI-style messages), read when the episode ends;
+- optionally `finished(state)`: the episode ends after the turn in which it becomes True (e.g. a
+  `reply` tool that answers the customer); a turn without a call always ends it.
+
+Calls of one turn run in order, each answered by one `tool` message. A call that cannot be run is
+answered with an error the model can read, counted by reason (`calls.ERROR_REASONS`), and the
+episode goes on: a turn whose call the parser could not read, an unknown tool, arguments that do
+not match the schema, a tool that raises, a tool that runs past `tool_timeout_s` (a synchronous
+tool's thread then finishes in the background: Python cannot stop it).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import inspect
+import json
+from collections import Counter
+from typing import Any, NamedTuple
+
+from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.tools.calls import (
+    INVALID_ARGUMENTS,
+    TIMEOUT,
+    TOOL_ERROR,
+    UNKNOWN_TOOL,
+    UNPARSABLE,
+    AssistantTurn,
+    ToolCall,
+    ToolMessage,
+    ToolOpening,
+)
+from lit_asyncrl.envs.tools.tool import Tool, as_tool
+
+
+class Grade(NamedTuple):
+    """An episode's outcome: its reward and whether the task was solved (`info["success"]`)."""
+
+    reward: float
+    success: bool
+
+
+class ToolEnv(Environment):
+    """A task family whose agent calls tools; subclass it (see the module's docstring).
+
+    Args:
+        tool_parser: vLLM's tool parser for the policy's chat format (`hermes`, `llama3_json`, ...;
+            `vllm.tool_parsers.ToolParserManager.list_registered()`); the default configs take it
+            from `model.tool_parser`.
+        tool_timeout_s: a call running longer is answered with a timeout error.
+        call_error_reward: reward added for each call answered with an error (a timeout aside).
+        max_turns: agent turns per episode (each may hold several calls).
+        latency_s, episode_timeout_s: see `Environment`.
+    """
+
+    observation_role = "tool"
+    turn_stop = "\n"  # plain-text policies (the compact rendering) end a turn with a newline
+    max_turn_tokens = 128
+
+    def __init__(
+        self,
+        tool_parser: str = "hermes",
+        tool_timeout_s: float = 10.0,
+        call_error_reward: float = 0.0,
+        max_turns: int = 4,
+        latency_s: float = 0.0,
+        episode_timeout_s: float | None = None,
+    ) -> None:
+        super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
+        if not isinstance(tool_parser, str) or not tool_parser:
+            raise ValueError(f"env.tool_parser must name one of vLLM's tool parsers (e.g. hermes), got {tool_parser!r}")
+        if tool_timeout_s <= 0:
+            raise ValueError(f"env.tool_timeout_s must be > 0, got {tool_timeout_s}")
+        if call_error_reward > 0:
+            raise ValueError(f"env.call_error_reward must be <= 0 (a penalty), got {call_error_reward}")
+        if max_turns < 1:
+            raise ValueError(f"env.max_turns must be >= 1, got {max_turns}")
+        self.tool_parser = tool_parser
+        self.tool_timeout_s = float(tool_timeout_s)
+        self.call_error_reward = float(call_error_reward)
+        self.max_turns = max_turns
+
+    @abc.abstractmethod
+    def new_state(self, instance: Any) -> Any:
+        """What the tools of one episode act on (fresh per episode)."""
+
+    @abc.abstractmethod
+    def tools(self, state: Any) -> list[Any]:
+        """The tools over `state`: plain functions or `Tool`s."""
+
+    @abc.abstractmethod
+    def opening(self, instance: Any) -> list[dict[str, Any]]:
+        """The episode's first messages (OpenAI-style dicts, e.g. `[{"role": "user", "content": ...}]`)."""
+
+    @abc.abstractmethod
+    def grade(self, state: Any, transcript: list[dict[str, Any]]) -> Grade:
+        """The episode's reward and success, from its final state and its messages."""
+
+    def finished(self, state: Any) -> bool:
+        """Whether the episode ends after the current turn (False by default: a turn without a call ends it)."""
+        return False
+
+    def new_episode(self, instance: Any) -> ToolEpisode:
+        return ToolEpisode(self, instance)
+
+    def demonstration_calls(self, instance: Any) -> list[list[ToolCall]]:
+        """A scripted good play as the calls of each turn (an empty list: a turn without a call)."""
+        raise NotImplementedError(f"{type(self).__name__} has no scripted demonstrations; set warm_start_steps=0")
+
+    def demonstration(self, instance: Any) -> list[tuple[AssistantTurn, list[ToolMessage]]]:
+        """`demonstration_calls` played against a fresh episode: each turn with the answers it got."""
+        episode, turns = self.new_episode(instance), []
+        asyncio.run(_reset_then(episode, self.demonstration_calls(instance), turns))
+        return turns
+
+
+async def _reset_then(episode: ToolEpisode, plays: list[list[ToolCall]], turns: list) -> None:
+    episode.reset()
+    for calls in plays:
+        turn = AssistantTurn("", tuple(calls))
+        result = await episode.step(turn)
+        turns.append((turn, list(result.observation)))
+        if result.done:
+            break
+
+
+class ToolEpisode:
+    """One episode of a `ToolEnv`: its state, its tools by name, its transcript."""
+
+    def __init__(self, env: ToolEnv, instance: Any) -> None:
+        self.env, self.instance = env, instance
+        self.state = env.new_state(instance)
+        tools = [as_tool(tool) for tool in env.tools(self.state)]
+        self.tools: dict[str, Tool] = {tool.name: tool for tool in tools}
+        if len(self.tools) != len(tools):
+            raise ValueError(f"{type(env).__name__}.tools gives two tools of the same name: {[tool.name for tool in tools]}")
+        self.transcript: list[dict[str, Any]] = []
+        self.turns = 0
+
+    def reset(self, seed: int | None = None) -> ToolOpening:
+        messages = tuple(self.env.opening(self.instance))
+        self.transcript = list(messages)
+        return ToolOpening(messages, tuple(tool.schema for tool in self.tools.values()))
+
+    async def step(self, turn: AssistantTurn) -> Transition:
+        self.turns += 1
+        self.transcript.append(turn.message())
+        if turn.unparsable:
+            answers = [ToolMessage("Error: the tool call could not be parsed (write it as valid JSON)", error=UNPARSABLE)]
+        elif not turn.calls:
+            return self._end(terminated=True, answers=[])
+        else:
+            answers = [await self._run(call) for call in turn.calls]
+        self.transcript += [answer.message() for answer in answers]
+        if self.env.finished(self.state) or self.turns >= self.env.max_turns:
+            return self._end(terminated=self.env.finished(self.state), answers=answers)
+        return Transition(answers, self._penalty(answers), terminated=False, truncated=False, info=_counts(answers))
+
+    def _end(self, terminated: bool, answers: list[ToolMessage]) -> Transition:
+        reward, success = self.env.grade(self.state, list(self.transcript))
+        info = {**_counts(answers), "success": bool(success)}
+        return Transition(answers, float(reward) + self._penalty(answers), terminated=terminated, truncated=not terminated, info=info)
+
+    def _penalty(self, answers: list[ToolMessage]) -> float:
+        return self.env.call_error_reward * sum(answer.error not in (None, TIMEOUT) for answer in answers)
+
+    async def _run(self, call: ToolCall) -> ToolMessage:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self.tools)
+            return ToolMessage(f"Error: there is no tool named {call.name!r} (the tools: {known})", call.name, call.call_id, UNKNOWN_TOOL)
+        problem = tool.argument_errors(call.arguments)
+        if problem is not None:
+            return ToolMessage(f"Error: invalid arguments for {call.name}: {problem}", call.name, call.call_id, INVALID_ARGUMENTS)
+        try:
+            result = await asyncio.wait_for(_call(tool, call.arguments), self.env.tool_timeout_s)
+        except TimeoutError:
+            return ToolMessage(f"Error: {call.name} took longer than {self.env.tool_timeout_s:g} s", call.name, call.call_id, TIMEOUT)
+        except Exception as error:  # the tool's own failure is the model's to read, not the run's
+            return ToolMessage(f"Error: {call.name} failed: {error}", call.name, call.call_id, TOOL_ERROR)
+        return ToolMessage(_as_text(result), call.name, call.call_id)
+
+
+async def _call(tool: Tool, arguments: dict[str, Any]) -> Any:
+    if inspect.iscoroutinefunction(tool.function):
+        return await tool.function(**arguments)
+    result = await asyncio.to_thread(tool.function, **arguments)  # a slow sync tool never stalls the loop
+    return await result if inspect.isawaitable(result) else result
+
+
+def _as_text(result: Any) -> str:
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result)
+    except TypeError:
+        return str(result)
+
+
+def _counts(answers: list[ToolMessage]) -> dict[str, dict[str, int]]:
+    """A turn's calls by tool and its errors by reason (the runner adds them up per episode)."""
+    calls = Counter(answer.name for answer in answers if answer.name is not None)
+    errors = Counter(answer.error for answer in answers if answer.error is not None)
+    return {"tool_calls": dict(calls), "tool_call_errors": dict(errors)}
