@@ -22,6 +22,7 @@ DEFAULT_PANELS = (
     "train/version_gap_mean",
     "train/entropy",
     "rollout/queue_depth",
+    "rollout/tool_calls_per_episode",  # tool tasks only
 )
 
 

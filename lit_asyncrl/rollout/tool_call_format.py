@@ -49,13 +49,18 @@ class ToolCallParser:
             known = ", ".join(sorted(ToolParserManager.list_registered()))
             raise ValueError(f"env.tool_parser={name!r} is not one of vLLM's tool parsers ({known})") from None
         self.parser = parser_class(tokenizer)
-        # A turn the parser cannot read is answered and counted here (`unparsable`); the parser
-        # would also log it with a traceback, once per bad turn, over the progress bar.
-        logging.getLogger(parser_class.__module__).setLevel(logging.CRITICAL)
+        self.parser_logger = logging.getLogger(parser_class.__module__)
         self.call_opening = getattr(self.parser, "tool_call_start_token", None)
 
     def parse(self, text: str) -> AssistantTurn:
-        extracted = self.parser.extract_tool_calls(text, request=None)
+        # A turn the parser cannot read is answered and counted here (`unparsable`); the parser
+        # would also log it with a traceback, once per bad turn, over the progress bar. (Its level
+        # cannot be set once: vLLM's logging set-up, run again when an engine starts, resets it.)
+        self.parser_logger.disabled, was_disabled = True, self.parser_logger.disabled
+        try:
+            extracted = self.parser.extract_tool_calls(text, request=None)
+        finally:
+            self.parser_logger.disabled = was_disabled
         if not extracted.tools_called:
             # Parsers read a turn whole: a turn that opened a call and yields none held a bad one.
             return AssistantTurn(text, (), unparsable=self.call_opening is not None and self.call_opening in text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from pathlib import Path
 
 import pytest
 
@@ -155,6 +156,7 @@ def test_a_call_that_cannot_run_is_answered_with_an_error_and_counted_by_reason(
     (step,), episode = play([text], parser)
     assert [(message.content, message.error) for message in step.observation] == [(answer, reason)]
     assert step.info["tool_call_errors"] == {reason: 1}
+    assert step.info["tool_calls"] == ({} if reason in ("unparsable", "unknown_tool") else {text.split('"')[3]: 1})
     assert not step.done and episode.state.total == 0  # the episode goes on; nothing was added
     assert step.reward == (0.0 if reason == "timeout" else -0.25)  # a slow tool is not the model's fault
 
@@ -209,3 +211,26 @@ def test_demonstrations_play_the_scripted_calls_against_a_fresh_episode():
     (first, answers), (last, final_answers) = Scripted().demonstration(5)
     assert [message.content for message in answers] == ["total 2", "total 5"]
     assert last.calls == () and final_answers == []
+
+
+def test_the_tool_task_of_docs_tasks_md_plays_as_written(parser):
+    source = (Path(__file__).resolve().parents[2] / "docs" / "tasks.md").read_text()
+    code = source.split("A tool task, end to end", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "docs/tasks.md", "exec"), namespace)
+    task = namespace["StockTask"]()
+    instance = task.generate_instance(random.Random(0))  # ((("mug", 6), ("hat", 6)), "hat") for seed 0
+    item, stock = instance[1], dict(instance[0])
+    episode = task.new_episode(instance)
+    assert episode.reset().messages == ({"role": "user", "content": f"how many {item}s do you have?"},)
+
+    async def run():
+        counted = await episode.step(parser.parse(f'<tool_call>{{"name": "count", "arguments": {{"item": "{item}"}}}}</tool_call>'))
+        answered = await episode.step(
+            parser.parse(f'<tool_call>{{"name": "answer_customer", "arguments": {{"number": {stock[item]}}}}}</tool_call>')
+        )
+        return counted, answered
+
+    counted, answered = asyncio.run(run())
+    assert [message.content for message in counted.observation] == [str(stock[item])]
+    assert (answered.terminated, answered.reward, answered.success) == (True, 1.0, True)

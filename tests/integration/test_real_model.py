@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lit_asyncrl.envs import ServiceDeskEnv
+from lit_asyncrl.envs import ServiceDeskEnv, ServiceDeskToolsEnv
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.env_calls import EnvCaller
@@ -27,7 +27,9 @@ from lit_asyncrl.rollout.episode_format import ChatTemplateFormat
 from lit_asyncrl.rollout.format_for_task import episode_format_for
 from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory
+from lit_asyncrl.rollout.tool_call_format import ChatToolFormat
 from lit_asyncrl.scoring import token_logprobs
+from lit_asyncrl.warm_start import WarmStart
 from tests.integration.conftest import started_engine
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
@@ -92,6 +94,63 @@ def test_a_chat_episode_scores_exactly_the_ids_the_engine_saw(fp32_engine, token
         assert later[len(prompt) + len(completion) - (completion[-1:] == [im_end])] == im_end
     assert "<|im_start|>tool\n" in tokenizer.decode(trajectory.token_ids)
     assert tokenizer.decode(trajectory.token_ids).startswith(f"<|im_start|>system\n{env.system_prompt}<|im_end|>\n<|im_start|>user\n")
+
+
+def test_after_a_short_warm_start_smollm2_calls_a_json_tool_that_runs_and_answers(fp32_engine, smollm2_path, tokenizer):
+    # The JSON-tool desk in the Hermes fallback (SmolLM2's template ignores `tools=`): a few
+    # supervised steps on tool-call transcripts, the weights pushed, then episodes sampled by the
+    # engine itself (no scripted prefix) until one turn holds a call vLLM's hermes parser reads.
+    env = ServiceDeskToolsEnv(max_turns=3)
+    episode_format = episode_format_for(tokenizer, env)
+    assert isinstance(episode_format, ChatToolFormat) and not episode_format.template_renders_tools
+    policy = AutoModelForCausalLM.from_pretrained(smollm2_path, dtype=torch.float32)
+    for parameter in policy.model.layers[:-2].parameters():  # the last 2 layers, as model=smollm2_135m trains
+        parameter.requires_grad_(False)
+    WarmStart(steps=6, lr=1e-4, batch_size=2).run(policy, env, tokenizer, enable_progress_bar=False)
+    fp32_engine.push_weights(policy.state_dict(), version=fp32_engine.version + 1)
+
+    calls: list[tuple[list[int], list[int], list[float]]] = []
+    generate = fp32_engine.generate
+
+    async def recording_generate(prompt_ids, **kwargs):
+        turn = await generate(prompt_ids, **kwargs)
+        calls.append((list(prompt_ids), list(turn.token_ids), list(turn.logprobs)))
+        return turn
+
+    fp32_engine.generate = recording_generate
+    caller = EnvCaller(max_workers=1)
+    try:
+        for seed in range(6):
+            calls.clear()
+            instance = training_instance(env, random.Random(seed))
+            settings = {"call_env": caller, "temperature": 1.0, "top_k": -1, "max_context": 1024, "seed": seed}
+            trajectory = fp32_engine.run(
+                play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), **settings), timeout_s=300
+            )
+            if sum(trajectory.tool_calls.values()) > 0:
+                break
+    finally:
+        caller.close()
+        del fp32_engine.generate
+    assert sum(trajectory.tool_calls.values()) > 0, tokenizer.decode(trajectory.token_ids)[-600:]
+
+    # The first turn holding a call: sampled tokens with their mu, read by the parser, the tool run.
+    turn_with_call = next(index for index, (_, completion, _) in enumerate(calls) if episode_format.action(completion).calls)
+    prompt, completion, mu = calls[turn_with_call]
+    assert len(mu) == len(completion) and all(value <= 0 for value in mu)
+    parsed = episode_format.action(completion)
+    assert "<tool_call>" in tokenizer.decode(completion)
+    assert parsed.calls[0].name in {"look", "refund", "cancel", "reply"}
+    # Its answers follow as a user message of <tool_response> blocks (the fallback's rendering).
+    after = tokenizer.decode(trajectory.token_ids[len(prompt) + len(completion) :])
+    assert after.startswith("\n<|im_start|>user\n<tool_response>\n") or parsed.calls[-1].name == "reply"
+    # The trained ids are the engine's and the policy mask is exactly the model's turns.
+    policy_positions = []
+    for prompt, completion, _ in calls:
+        assert trajectory.token_ids[: len(prompt)] == prompt
+        assert trajectory.token_ids[len(prompt) : len(prompt) + len(completion)] == completion
+        policy_positions += range(len(prompt), len(prompt) + len(completion))
+    assert [index for index, mask in enumerate(trajectory.loss_mask) if mask] == policy_positions
 
 
 def perturbed_copy(path, seed: int) -> torch.nn.Module:

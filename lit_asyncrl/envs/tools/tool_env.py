@@ -216,6 +216,7 @@ def _as_text(result: Any) -> str:
 
 def _counts(answers: list[ToolMessage]) -> dict[str, dict[str, int]]:
     """A turn's calls by tool and its errors by reason (the runner adds them up per episode)."""
-    calls = Counter(answer.name for answer in answers if answer.name is not None)
+    # By the tools of the task only: a name the model made up is an error, not a new metric.
+    calls = Counter(answer.name for answer in answers if answer.name is not None and answer.error != UNKNOWN_TOOL)
     errors = Counter(answer.error for answer in answers if answer.error is not None)
     return {"tool_calls": dict(calls), "tool_call_errors": dict(errors)}

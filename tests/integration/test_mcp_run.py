@@ -1,0 +1,43 @@
+"""A few training steps against an MCP server's tools on the real engine: the server counts the calls
+it served, and the run leaves nothing behind (no server, no file)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.runs import read_rows
+from tests.integration.test_cleanup import Run, _cmdline
+
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]  # compares listings, as the cleanup tests do
+
+
+def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
+    count_file, config_dir = tmp_path / "served", tmp_path / "conf" / "env"
+    config_dir.mkdir(parents=True)
+    (config_dir / "mcp_addition.yaml").write_text(
+        f"_target_: tests.integration.mcp_task.McpAdditionTask\ncount_file: {count_file}\ntool_parser: ${{model.tool_parser}}\n"
+    )
+    run = Run(
+        [
+            "env=mcp_addition",
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+            "model.warm_start_steps=80",
+            "model.warm_start_lr=3e-3",
+            "trainer.max_steps=3",
+            "trainer.num_sanity_val_steps=0",
+        ],
+        tmp_path / "run",
+    )
+    # Seen while it runs, so that the check below knows the processes it must not leave.
+    run.wait_for(lambda: any(b"tests.integration.mcp_server" in _cmdline(pid) for pid in run.track()), "the MCP server", 300)
+    run.wait_for(run.engine_serving, "the engine", 300)
+    code, output, _ = run.finish(timeout_s=400)
+    assert code == 0, output[-3000:]
+    run.assert_nothing_left()  # the server (a child of the trainer) is gone with the run
+    assert int(count_file.read_text()) > 0  # the server's own count of the calls it served
+    rows = [row for row in read_rows(tmp_path / "run" / "metrics.csv") if "rollout/tool_calls/add" in row]
+    # Trained episodes' calls, logged; the server also served held-out episodes and ones cut at the end.
+    assert 0 < rows[-1]["rollout/tool_calls/add"] <= int(count_file.read_text())
+    assert {
+        f"rollout/tool_call_errors/{reason}" for reason in ("unparsable", "unknown_tool", "invalid_arguments", "tool_error", "timeout")
+    } <= set(rows[-1])
