@@ -24,11 +24,10 @@ def tiny_model_path():
     return resolve_model_path(None)
 
 
-def started_engine(model_path, dtype: str = "float32", weight_transfer: str = "file") -> VLLMEngine:
+def started_engine(model_path, dtype: str = "float32", weight_transfer: str = "file", max_model_len: int = 256) -> VLLMEngine:
     """A started engine on `model_path` (~20 s for the tiny policy); the caller shuts it down."""
-    engine = VLLMEngine(
-        model_path, EngineConfig(dtype=dtype, max_model_len=256, weight_transfer=weight_transfer, kv_cache_bytes=SMALL_KV_CACHE_BYTES)
-    )
+    config = EngineConfig(dtype=dtype, max_model_len=max_model_len, weight_transfer=weight_transfer, kv_cache_bytes=SMALL_KV_CACHE_BYTES)
+    engine = VLLMEngine(model_path, config)
     engine.start()
     return engine
 
