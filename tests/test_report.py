@@ -238,3 +238,26 @@ def test_runs_on_a_mixture_get_a_table_per_task(tmp_path):
     assert (
         per_task_table({"snapshot": [load_run(write_run(tmp_path / "single", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}) is None
     )
+
+
+def test_runs_on_a_tool_task_get_a_table_of_calls_and_failed_calls(tmp_path):
+    from lit_asyncrl.report.table import tool_calls_table
+
+    reasons = ("invalid_arguments", "timeout", "tool_error", "unknown_tool", "unparsable")
+    # seed 0: 8 calls of known tools + 2 unparsable turns = 10 calls; seed 1: 4 + 0 = 4 calls
+    for seed, per_episode, (look, reply), errors in ((0, 2.0, (6, 2), (1, 0, 1, 0, 2)), (1, 3.0, (3, 1), (2, 0, 0, 0, 0))):
+        end = {"step": 3, "rollout/tool_calls_per_episode": per_episode, "rollout/tool_calls/look": look, "rollout/tool_calls/reply": reply}
+        end.update({f"rollout/tool_call_errors/{reason}": count for reason, count in zip(reasons, errors)})
+        write_run(
+            tmp_path / f"seed={seed}", ["experiment=service_desk_tools", f"seed={seed}"], [*training_rows([0.1], [1.0], 0.0, 1.0), end]
+        )
+    table = tool_calls_table(group_by_label([load_run(path) for path in sorted(tmp_path.iterdir())])).splitlines()
+    assert table[0] == (
+        "| configuration | tool calls per episode (end) | invalid_arguments per call | timeout per call | tool_error per call "
+        "| unknown_tool per call | unparsable per call |"
+    )
+    # invalid_arguments: 1/10 and 2/4 -> 0.3 ± 0.283; tool_error: 0.1 and 0 -> 0.05 ± 0.071; unparsable: 0.2 and 0 -> 0.1 ± 0.141
+    assert table[2] == "| service_desk_tools | 2.50 ± 0.71 | 0.300 ± 0.283 | 0.000 | 0.050 ± 0.071 | 0.000 | 0.100 ± 0.141 |"
+    assert (
+        tool_calls_table({"snapshot": [load_run(write_run(tmp_path / "plain", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}) is None
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from lit_asyncrl.report.figures import plot_curves, plot_fidelity
 from lit_asyncrl.report.runs import group_by_label, load_run
-from lit_asyncrl.report.table import COLUMN_NOTES, per_task_table, results_table
+from lit_asyncrl.report.table import COLUMN_NOTES, per_task_table, results_table, tool_calls_table
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks = per_task_table(groups)
     if tasks is not None:
         lines += ["Held out, per task of the mixture (mean ± spread over seeds, as above):", "", tasks, ""]
+    tools = tool_calls_table(groups)
+    if tools is not None:
+        lines += ["Tool calls (failed calls by reason, as a share of all calls the run made):", "", tools, ""]
     lines += [
         f"![curves]({curves.name})",
     ]

@@ -109,3 +109,34 @@ resets of the EWMA reference (– for other references). *fidelity gap n* is the
 in pi_old's place and pi_old exact (shadow snapshots); *mask disagreement* is the fraction of policy
 tokens whose r_d mask decision differs from the one exact pi_old gives. *step s* is the wall time of
 an optimizer step (waiting for rollouts, reference, update, weight push), *wall min* the whole run."""
+
+
+def tool_calls_table(groups: dict[str, list[Run]]) -> str | None:
+    """Markdown for runs on a tool task: calls per episode at the end, and the run's failed calls by
+    reason as a share of all its calls (mean ± spread over seeds); None when no run called tools."""
+    names = sorted({name for runs in groups.values() for run in runs for name in run.series})
+    if "rollout/tool_calls_per_episode" not in names:
+        return None
+    tools = [name for name in names if name.startswith("rollout/tool_calls/")]
+    reasons = [name for name in names if name.startswith("rollout/tool_call_errors/")]
+
+    def share(reason: str):
+        def of(run: Run) -> float | None:
+            # A call of a known tool is counted under its tool even when it failed; a turn the parser
+            # could not read and a call of an unknown tool are counted only as errors.
+            calls = sum(run.last(name) or 0.0 for name in tools) + sum(
+                run.last(name) or 0.0 for name in reasons if name.endswith(("unparsable", "unknown_tool"))
+            )
+            failed = run.last(reason)
+            return None if failed is None or calls == 0 else failed / calls
+
+        return of
+
+    header = ["configuration", "tool calls per episode (end)", *(f"{name.rsplit('/', 1)[1]} per call" for name in reasons)]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for label, members in groups.items():
+        runs = [run for run in members if run.summary is not None] or members
+        cells = [label, _cell(per_seed(runs, final_value("rollout/tool_calls_per_episode")), 2)]
+        cells += [_cell(per_seed(runs, share(reason))) for reason in reasons]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
