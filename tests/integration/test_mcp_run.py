@@ -3,6 +3,11 @@ it served, and the run leaves nothing behind (no server, no file)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from pathlib import Path
+
 import pytest
 
 from tests.integration.runs import read_rows
@@ -11,25 +16,24 @@ from tests.integration.test_cleanup import Run, _cmdline
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]  # compares listings, as the cleanup tests do
 
 
-def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
+def mcp_run(tmp_path: Path, overrides: list[str]) -> tuple[Run, Path]:
+    """A Hydra run of the MCP addition task (`mcp_task.py`), once its server is up; and the server's count file."""
     count_file, config_dir = tmp_path / "served", tmp_path / "conf" / "env"
     config_dir.mkdir(parents=True)
     (config_dir / "mcp_addition.yaml").write_text(
         f"_target_: tests.integration.mcp_task.McpAdditionTask\ncount_file: {count_file}\ntool_parser: ${{model.tool_parser}}\n"
     )
     run = Run(
-        [
-            "env=mcp_addition",
-            f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
-            "model.warm_start_steps=80",
-            "model.warm_start_lr=3e-3",
-            "trainer.max_steps=3",
-            "trainer.num_sanity_val_steps=0",
-        ],
+        ["env=mcp_addition", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "trainer.num_sanity_val_steps=0", *overrides],
         tmp_path / "run",
     )
-    # Seen while it runs, so that the check below knows the processes it must not leave.
+    # Seen while it runs, so that the checks know the processes the run must not leave.
     run.wait_for(lambda: any(b"tests.integration.mcp_server" in _cmdline(pid) for pid in run.track()), "the MCP server", 300)
+    return run, count_file
+
+
+def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
+    run, count_file = mcp_run(tmp_path, ["model.warm_start_steps=80", "model.warm_start_lr=3e-3", "trainer.max_steps=3"])
     run.wait_for(run.engine_serving, "the engine", 300)
     code, output, _ = run.finish(timeout_s=400)
     assert code == 0, output[-3000:]
@@ -41,3 +45,17 @@ def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
     assert {
         f"rollout/tool_call_errors/{reason}" for reason in ("unparsable", "unknown_tool", "invalid_arguments", "tool_error", "timeout")
     } <= set(rows[-1])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_run_ended_by_a_signal_leaves_no_mcp_server(tmp_path, signum):
+    # SIGTERM: the run's own clean-up closes the task, which stops the server. SIGKILL: nothing in
+    # the trainer runs; its reaper kills what it started, the server with the rest.
+    run, _ = mcp_run(tmp_path, ["trainer.max_steps=500", "checkpoint_every=1"])
+    run.wait_for_training()
+    os.kill(run.process.pid, signum)
+    if signum == signal.SIGTERM:
+        run.assert_stops(time.monotonic(), code=143)
+    else:
+        run.process.wait(timeout=10)
+        run.assert_nothing_left()
