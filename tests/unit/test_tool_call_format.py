@@ -80,6 +80,20 @@ def test_the_compact_rendering_for_plain_text_policies():
         episode_format_for(tokenizer, ServiceDeskToolsEnv(tool_parser="llama3_json"))
 
 
+def assert_a_hermes_call_then_two_answers(tokenizer, episode_format, trajectory: Trajectory) -> None:
+    """The demonstrated `look` call and two answers after it, as both chat renderings write them
+    (the tools template mimics Qwen2.5's, which the Hermes fallback follows)."""
+    demonstrated = episode_format.demonstrated_turn_ids(LOOK)
+    assert tokenizer.decode(demonstrated) == '<tool_call>\n{"name": "look", "arguments": {"order_id": 42}}\n</tool_call><|im_end|>'
+    trajectory.extend_policy(demonstrated, [0.0] * len(demonstrated), [0] * len(demonstrated))
+    before = len(trajectory.token_ids)
+    episode_format.add_observation(trajectory, ANSWERS)
+    assert tokenizer.decode(trajectory.token_ids[before:]) == (
+        "\n<|im_start|>user\n<tool_response>\n42 mug delivered 12d\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
 def test_the_hermes_fallback_for_templates_without_tools():
     tokenizer, env = chat_tokenizer(CHATML), ServiceDeskToolsEnv()
     episode_format = episode_format_for(tokenizer, env)
@@ -99,15 +113,7 @@ def test_the_hermes_fallback_for_templates_without_tools():
         f"<|im_start|>system\n{env.system_prompt}\n\n{hermes_tools_prompt(schemas)}<|im_end|>\n"
         "<|im_start|>user\nrefund order 42<|im_end|>\n<|im_start|>assistant\n"
     )
-    demonstrated = episode_format.demonstrated_turn_ids(LOOK)
-    assert tokenizer.decode(demonstrated) == '<tool_call>\n{"name": "look", "arguments": {"order_id": 42}}\n</tool_call><|im_end|>'
-    trajectory.extend_policy(demonstrated, [0.0] * len(demonstrated), [0] * len(demonstrated))
-    before = len(trajectory.token_ids)
-    episode_format.add_observation(trajectory, ANSWERS)
-    assert tokenizer.decode(trajectory.token_ids[before:]) == (
-        "\n<|im_start|>user\n<tool_response>\n42 mug delivered 12d\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
+    assert_a_hermes_call_then_two_answers(tokenizer, episode_format, trajectory)
 
 
 def test_a_template_that_renders_tools_renders_schemas_calls_and_answers_itself():
@@ -119,15 +125,7 @@ def test_a_template_that_renders_tools_renders_schemas_calls_and_answers_itself(
         f"<|im_start|>system\n{env.system_prompt}\nTOOLS: look refund cancel reply<|im_end|>\n"
         "<|im_start|>user\nrefund order 42<|im_end|>\n<|im_start|>assistant\n"
     )
-    demonstrated = episode_format.demonstrated_turn_ids(LOOK)
-    assert tokenizer.decode(demonstrated) == '<tool_call>\n{"name": "look", "arguments": {"order_id": 42}}\n</tool_call><|im_end|>'
-    trajectory.extend_policy(demonstrated, [0.0] * len(demonstrated), [0] * len(demonstrated))
-    before = len(trajectory.token_ids)
-    episode_format.add_observation(trajectory, ANSWERS)
-    assert tokenizer.decode(trajectory.token_ids[before:]) == (
-        "\n<|im_start|>user\n<tool_response>\n42 mug delivered 12d\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
+    assert_a_hermes_call_then_two_answers(tokenizer, episode_format, trajectory)
 
 
 def test_a_played_tool_episode_trains_on_exactly_the_ids_the_engine_saw():
