@@ -136,7 +136,7 @@ class ServiceDeskToolsEnv(ToolEnv):
     def grade(self, state: DeskState, transcript: list[dict[str, Any]]) -> Grade:
         requested = state.instance.order(state.instance.order_id)
         write, goal_reply = decide(state.instance.request, requested.status, requested.days, self.refund_window_days)
-        goal_statuses = dict({order.order_id: order.status for order in state.instance.orders})
+        goal_statuses = {order.order_id: order.status for order in state.instance.orders}
         if write is not None:
             goal_statuses[requested.order_id] = WRITE_TOOLS[write]
         success = state.reply_word == goal_reply and state.statuses == goal_statuses

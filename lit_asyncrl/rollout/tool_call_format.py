@@ -48,9 +48,15 @@ class ToolCallParser:
         except KeyError:
             known = ", ".join(sorted(ToolParserManager.list_registered()))
             raise ValueError(f"env.tool_parser={name!r} is not one of vLLM's tool parsers ({known})") from None
+        self.name, self.tokenizer = name, tokenizer
         self.parser = parser_class(tokenizer)
         self.parser_logger = logging.getLogger(parser_class.__module__)
         self.call_opening = getattr(self.parser, "tool_call_start_token", None)
+
+    def parse_turn(self, turn_ids: list[int], stop_token_ids: list[int]) -> AssistantTurn:
+        """A sampled turn, its stop tokens left out. Special tokens stay: some models' call markers
+        are special tokens (as vLLM's parsers expect)."""
+        return self.parse(self.tokenizer.decode([i for i in turn_ids if i not in stop_token_ids], skip_special_tokens=False))
 
     def parse(self, text: str) -> AssistantTurn:
         # A turn the parser cannot read is answered and counted here (`unparsable`); the parser
@@ -143,8 +149,7 @@ class ChatToolFormat(ChatTemplateFormat):
         trajectory.extend_context(ids if closed else [self.end_of_turn_id, *ids])
 
     def action(self, turn_ids: list[int]) -> AssistantTurn:
-        # Special tokens stay: some models' call markers are special tokens (as vLLM's parsers expect).
-        return self.parser.parse(self.tokenizer.decode([i for i in turn_ids if i not in self.stop_token_ids], skip_special_tokens=False))
+        return self.parser.parse_turn(turn_ids, self.stop_token_ids)
 
     def demonstrated_turn_ids(self, turn: AssistantTurn) -> list[int]:
         if self.template_renders_tools:
@@ -161,12 +166,8 @@ class ChatToolFormat(ChatTemplateFormat):
             text = hermes_calls(turn)
         parsed = self.parser.parse(text)
         if [(call.name, call.arguments) for call in parsed.calls] != [(call.name, call.arguments) for call in turn.calls]:
-            raise ValueError(f"env.tool_parser={self.parser_name!r} does not read back the demonstrated calls rendered as {text!r}")
+            raise ValueError(f"env.tool_parser={self.parser.name!r} does not read back the demonstrated calls rendered as {text!r}")
         return [*self._encode(text, "demonstration"), self.end_of_turn_id]
-
-    @property
-    def parser_name(self) -> str:
-        return type(self.parser.parser).__name__
 
     def _after_end_of_turn_closing(self) -> str:
         end_of_turn = self.tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
@@ -195,7 +196,7 @@ class CompactToolFormat(PlainFormat):
         trajectory.extend_context(self._encode("".join(f"{answer.content}\n" for answer in answers), "step"))
 
     def action(self, turn_ids: list[int]) -> AssistantTurn:
-        return self.parser.parse(self.tokenizer.decode([i for i in turn_ids if i not in self.stop_token_ids], skip_special_tokens=False))
+        return self.parser.parse_turn(turn_ids, self.stop_token_ids)
 
     def demonstrated_turn_ids(self, turn: AssistantTurn) -> list[int]:
         calls = "".join(f"<tool_call>{call.compact_json()}</tool_call>" for call in turn.calls)
