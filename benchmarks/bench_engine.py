@@ -1,12 +1,17 @@
-"""The engine's start and its generation beside a training load: worker in the engine-core process
-(this library's default on CPU) against vLLM's CPU default (a second spawned worker process).
+"""The engine's start and its generation beside a training load, for three ways to run the CPU engine:
 
-Each round starts one engine of each kind in turn (the order alternates), on the tiny policy in
-fp32, and measures: the start (`VLLMEngine.start`: spawn, imports, model load, KV cache), then
+- forked: the worker inside the engine-core process, forked from this one (this library's default
+  on CPU, `rollout/engine_core_fork.py`);
+- spawned: the same, spawned (`VLLM_WORKER_MULTIPROC_METHOD=spawn`), so it imports vLLM, torch and
+  this script's imports again;
+- separate: vLLM's CPU default, a spawned engine core with a second spawned worker process.
+
+Each round starts one engine of each kind in turn (the order rotates), on the tiny policy in fp32,
+and measures: the start (`VLLMEngine.start`: the process, imports, model load, KV cache), then
 tokens per second over 128 streamed requests of 64 tokens, alone and with a trainer-like load in
 this process (a thread multiplying 512x512 matrices, as a training step keeps the cores busy), and
 the shutdown. One warm-up request batch per engine comes first. Printed: medians per kind and
-in-process / separate-process ratios.
+their ratios to the forked engine.
 
     .venv/bin/python benchmarks/bench_engine.py             # 3 rounds (~4 min on 2 cores)
     .venv/bin/python benchmarks/bench_engine.py --quick     # 1 round
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import threading
 import time
@@ -47,8 +53,17 @@ def tokens_per_second(engine: VLLMEngine, requests: int) -> float:
     return tokens / (time.perf_counter() - started)
 
 
-def measure(path, in_process: bool) -> dict[str, float]:
+#: kind -> (worker in the engine-core process, vLLM's start method for it)
+KINDS = {"forked": (True, None), "spawned": (True, "spawn"), "separate": (False, None)}
+
+
+def measure(path, kind: str) -> dict[str, float]:
+    in_process, start_method = KINDS[kind]
     engine = VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256, worker_in_engine_process=in_process))
+    if start_method is None:
+        os.environ.pop("VLLM_WORKER_MULTIPROC_METHOD", None)
+    else:
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = start_method
     started = time.perf_counter()
     engine.start()
     result = {"start_s": time.perf_counter() - started}
@@ -77,25 +92,22 @@ def main() -> None:
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     path = resolve_model_path(None)
-    results: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    kinds = list(KINDS)
+    results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for round_ in range(rounds):
-        for in_process in (True, False) if round_ % 2 == 0 else (False, True):
-            results[in_process].append(measure(path, in_process))
-            print(f"round {round_ + 1}/{rounds} {'in-process' if in_process else 'separate '} {results[in_process][-1]}", flush=True)
+        for kind in kinds[round_ % 3 :] + kinds[: round_ % 3]:
+            results[kind].append(measure(path, kind))
+            print(f"round {round_ + 1}/{rounds} {kind:9} {results[kind][-1]}", flush=True)
     median = {kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for kind, runs in results.items()}
-    print(f"\n{'':24}{'in-process':>12}{'separate':>12}{'ratio':>8}")
+    print(f"\n{'':24}" + "".join(f"{kind:>10}" for kind in kinds) + "".join(f"{kind + '/forked':>17}" for kind in kinds[1:]))
     for key, label in [
         ("start_s", "start (s)"),
         ("shutdown_s", "shutdown (s)"),
         ("alone_tok_s", "tokens/s alone"),
         ("loaded_tok_s", "tokens/s, trainer busy"),
     ]:
-        inside, separate = median[True][key], median[False][key]
-        print(f"{label:24}{inside:12.1f}{separate:12.1f}{inside / separate:8.2f}")
-    print(
-        f"\nstart: in-process {median[True]['start_s'] / median[False]['start_s']:.2f}x the time; "
-        f"generation with the trainer busy: {median[True]['loaded_tok_s'] / median[False]['loaded_tok_s']:.2f}x the tokens/s"
-    )
+        values = [median[kind][key] for kind in kinds]
+        print(f"{label:24}" + "".join(f"{value:10.1f}" for value in values) + "".join(f"{value / values[0]:17.2f}" for value in values[1:]))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import torch
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
+from lit_asyncrl.rollout.engine_core_fork import START_METHOD_VARIABLE, forked_engine_core_environment
 from lit_asyncrl.rollout.engine_core_semaphores import UNNAMED_LOCKS_VARIABLE
 from lit_asyncrl.rollout.temp_dirs import engine_environment
 from lit_asyncrl.rollout.weight_transfer import WeightSender
@@ -104,7 +106,16 @@ def weight_sender(config: EngineConfig) -> WeightSender | None:
 
 def vllm_config(model_path: str, config: EngineConfig, device_type: str) -> Any:
     """vLLM's engine config for `config` on `device_type`, with one CPU worker in the engine core."""
-    made = engine_args(model_path, config, device_type).create_engine_config()
+    chosen_start_method = os.environ.get(START_METHOD_VARIABLE)
+    try:
+        made = engine_args(model_path, config, device_type).create_engine_config()
+    finally:
+        # vLLM's CPU platform sets the start method to spawn for the whole process as it makes a
+        # config; keep the caller's own choice (`engine_core_environment` reads it).
+        if chosen_start_method is None:
+            os.environ.pop(START_METHOD_VARIABLE, None)
+        else:
+            os.environ[START_METHOD_VARIABLE] = chosen_start_method
     if config.worker_in_engine_process and device_type == "cpu":
         # One worker needs no process of its own: vLLM's CPU platform still picks the
         # multiprocess executor, which spawns a second Python process beside the engine core
@@ -128,6 +139,9 @@ def engine_core_environment(settings: EngineConfig, config: Any) -> dict[str, st
         # busy 2-core machine (measured: 1,950 against 10,700 tokens/s). One thread is what the
         # multiprocess executor's binding gave it.
         environment["OMP_NUM_THREADS"] = "1"
+        if os.environ.get(START_METHOD_VARIABLE) != "spawn":
+            # Forked, the engine core skips the imports a spawned one repeats (`engine_core_fork.py`).
+            environment.update(forked_engine_core_environment(quiet=settings.log_level.upper() in ("ERROR", "CRITICAL")))
     if config.device_config.device_type == "cpu" and settings.enforce_eager:
         # vLLM's sampler still compiles two small functions with torch.compile (the sampled
         # token's rank for its log-prob, and the random sampling) at the first request: 7-16 s

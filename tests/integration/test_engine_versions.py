@@ -1,6 +1,7 @@
 """The real engine: per-token versions across an in-place weight update, and mu against the trainer."""
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
+from lit_asyncrl.rollout.engine_config import engine_core_environment, vllm_config
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import started_engine
 from tests.integration.engine_contract import check_engine_contract
@@ -106,11 +108,11 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def test_the_engine_is_one_process_with_one_openmp_thread_and_locks_without_files(head_engine):
+def test_the_engine_is_one_process_a_child_of_this_one(head_engine):
     # On CPU the model worker runs inside the engine-core process (no second spawned process),
-    # and that process runs one OpenMP thread: with one per core beside the trainer's own pool,
-    # generation under a training load was 5x slower.
-    import os
+    # forked from this one (the next test checks the config asks for it), so it starts without
+    # importing everything again. Its one OpenMP thread, compile switch, temp dir and unnamed locks
+    # are set after the fork (`tests/unit/test_engine_core_fork.py`).
     from pathlib import Path
 
     def cmdline(pid):
@@ -121,10 +123,30 @@ def test_the_engine_is_one_process_with_one_openmp_thread_and_locks_without_file
 
     vllm_processes = [pid for pid in _descendants(os.getpid()) if cmdline(pid).startswith(b"VLLM::")]
     assert [cmdline(pid).split(b"\0")[0] for pid in vllm_processes] == [b"VLLM::EngineCore"]
-    environment = Path(f"/proc/{vllm_processes[0]}/environ").read_bytes().split(b"\0")
-    assert b"OMP_NUM_THREADS=1" in environment
+    parent = int(Path(f"/proc/{vllm_processes[0]}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert parent == os.getpid()
+
+
+def test_the_engine_config_forks_the_engine_core_unless_vllms_start_method_says_spawn(head_engine, monkeypatch):
+    def environment():
+        made = vllm_config(head_engine.model_path, head_engine.config, "cpu")
+        return engine_core_environment(head_engine.config, made)
+
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    forked = environment()
+    # vLLM's CPU platform sets the variable to spawn as it makes a config: the caller's (none) stays.
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in os.environ
+    assert {key: forked[key] for key in ("VLLM_WORKER_MULTIPROC_METHOD", "LIT_ASYNCRL_ENGINE_CORE_FORKED", "OMP_NUM_THREADS")} == {
+        "VLLM_WORKER_MULTIPROC_METHOD": "fork",
+        "LIT_ASYNCRL_ENGINE_CORE_FORKED": "quiet",
+        "OMP_NUM_THREADS": "1",
+    }
     # Its locks leave no file in /dev/shm (`engine_core_semaphores.py`, tested in a spawned process).
-    assert b"LIT_ASYNCRL_ENGINE_CORE_UNNAMED_LOCKS=1" in environment
+    assert forked["LIT_ASYNCRL_ENGINE_CORE_UNNAMED_LOCKS"] == "1"
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    spawned = environment()
+    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert "VLLM_WORKER_MULTIPROC_METHOD" not in spawned and "LIT_ASYNCRL_ENGINE_CORE_FORKED" not in spawned
 
 
 def test_the_local_engine_keeps_the_engine_protocol(head_engine, head_model_path):

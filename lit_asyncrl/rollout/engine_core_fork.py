@@ -1,0 +1,77 @@
+"""The CPU engine's core process forked from the process that makes the engine, instead of spawned.
+
+vLLM's CPU platform spawns the engine core. A spawned process starts a fresh interpreter that
+imports vLLM, torch and the caller's `__main__` module again (for `python -m lit_asyncrl.train`:
+Lightning and Hydra too) before it loads the model: 20 s of a tiny-policy engine's start on a
+2-core machine, against 6 s forked from a trainer that has those imports already
+(`benchmarks/bench_engine.py`). vLLM forks its engine core everywhere else unless CUDA is
+initialized; the engine core made here runs its one worker in-process with one OpenMP thread and
+is made from a thread of its own, so nothing of the parent's OpenMP pool is used in the child.
+
+What a spawned engine core takes from its environment as it starts, a forked one already has from
+the parent: `settle_forked_engine_core` makes the child's state match the environment the engine
+config asked for (one torch thread, no torch.compile, the run's temp dir, and the quiet console of
+an ERROR log level). vLLM's plugins already ran in the parent, so it also arms the engine core's
+unnamed locks (`engine_core_semaphores.py`); the fast exit of `engine_core_exit.py` is not needed,
+since multiprocessing ends a forked child with `os._exit` after its clean-up.
+
+Setting vLLM's own `VLLM_WORKER_MULTIPROC_METHOD=spawn` keeps the spawned engine core.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing.util
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from lit_asyncrl.rollout import engine_core_semaphores
+from lit_asyncrl.rollout.engine_core_exit import in_engine_core
+
+#: vLLM's choice of start method for the processes it starts ("fork" or "spawn").
+START_METHOD_VARIABLE = "VLLM_WORKER_MULTIPROC_METHOD"
+#: Set in the environment of an engine core to fork: "quiet" (log level ERROR or above) or "1".
+FORKED_VARIABLE = "LIT_ASYNCRL_ENGINE_CORE_FORKED"
+
+
+def forked_engine_core_environment(quiet: bool) -> dict[str, str]:
+    """Environment variables that make vLLM fork the next engine core it starts (held while it does)."""
+    return {START_METHOD_VARIABLE: "fork", FORKED_VARIABLE: "quiet" if quiet else "1"}
+
+
+def settle_forked_engine_core(_registered: object = None) -> None:
+    """Run by multiprocessing in every child it starts; in an engine core forked by our engine
+    config, apply what a spawned one reads from its environment at interpreter start."""
+    mode = os.environ.get(FORKED_VARIABLE)
+    if mode is None or not in_engine_core():
+        return
+    if "OMP_NUM_THREADS" in os.environ:
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    if os.environ.get("TORCHDYNAMO_DISABLE") == "1":
+        # vLLM's sampler kernels were decorated with torch.compile when the parent imported them,
+        # before the variable was set: run every compiled function eagerly.
+        torch.compiler.set_stance("force_eager")
+    tempfile.tempdir = None  # read again from TMPDIR, the run's temp dir
+    if mode == "quiet":
+        warnings.simplefilter("ignore", FutureWarning)
+        _quiet_cpp_warnings()
+    engine_core_semaphores.register()
+
+
+def _quiet_cpp_warnings() -> None:
+    """What `TORCH_CPP_LOG_LEVEL=ERROR` does at torch's start: the CPU worker's NUMA-binding notice
+    (a C++ warning) would print under the progress bar at every engine start."""
+    library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"))
+    ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value = 2  # INFO 0, WARNING 1, ERROR 2
+
+
+class _Registration:
+    """The object multiprocessing keeps the after-fork hook under (its registry holds weak references)."""
+
+
+_REGISTRATION = _Registration()
+multiprocessing.util.register_after_fork(_REGISTRATION, settle_forked_engine_core)

@@ -1,0 +1,93 @@
+"""The forked engine core's settling (`rollout/engine_core_fork.py`), in real forked processes named as vLLM names them."""
+
+import ctypes
+import multiprocessing
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_asyncrl.rollout.engine_core_fork import FORKED_VARIABLE, forked_engine_core_environment
+
+_traced_graphs = []
+
+
+def _recording_backend(graph, example_inputs):
+    _traced_graphs.append(graph)
+    return graph
+
+
+# Decorated as vLLM's sampler kernels are: when the parent imports them, before any engine exists.
+_compiled = torch.compile(lambda x: x * 2 + 1, backend=_recording_backend)
+
+
+def _compiled_runs_eagerly() -> bool:
+    """Whether the compiled function runs without being traced."""
+    _compiled(torch.ones(3))
+    return not _traced_graphs
+
+
+def _child(report: str) -> None:
+    # multiprocessing has run the after-fork hooks by now, as it does before vLLM's engine core runs.
+    library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.warn("deprecated", FutureWarning, stacklevel=1)
+    seen = [
+        torch.get_num_threads(),
+        _compiled_runs_eagerly(),
+        tempfile.gettempdir(),
+        len(caught),
+        ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value,
+    ]
+    Path(report).write_text(repr(seen))
+
+
+def _run_forked(tmp_path: Path, name: str, environment: dict[str, str]) -> list:
+    """What a child forked with `environment` and named `name` reports of its own state."""
+    report = tmp_path / "report"
+    saved = {key: os.environ.get(key) for key in environment}
+    os.environ.update(environment)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the trainer's pool, which the child must not keep
+    try:
+        process = multiprocessing.get_context("fork").Process(target=_child, args=(str(report),), name=name)
+        process.start()
+        process.join(60)
+    finally:
+        torch.set_num_threads(threads)
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    assert process.exitcode == 0
+    return eval(report.read_text())
+
+
+@pytest.fixture
+def engine_core_environment(tmp_path):
+    """What `engine_config.engine_core_environment` holds while an in-process CPU engine core is forked."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    return {"OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1", "TMPDIR": str(run_dir), **forked_engine_core_environment(quiet=True)}
+
+
+def test_a_forked_engine_core_takes_its_environment_as_a_spawned_one_would(tmp_path, engine_core_environment):
+    # One torch thread, no torch.compile, the run's temp dir, FutureWarnings and C++ warnings quiet (ERROR = 2).
+    assert _run_forked(tmp_path, "EngineCore_DP0", engine_core_environment) == [1, True, str(tmp_path / "run"), 0, 2]
+
+
+def test_a_loud_engine_core_keeps_its_warnings(tmp_path, engine_core_environment):
+    loud = {**engine_core_environment, **forked_engine_core_environment(quiet=False)}
+    library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"))
+    own_log_level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value
+    threads, _, _, warned, log_level = _run_forked(tmp_path, "EngineCore_DP0", loud)
+    assert (threads, warned, log_level) == (1, 1, own_log_level)
+
+
+def test_other_forked_processes_are_left_as_they_are(tmp_path, engine_core_environment):
+    # A process of another name (a DataLoader worker, vLLM's own workers), or one forked without
+    # the variable, keeps the parent's state.
+    assert _run_forked(tmp_path, "Worker", engine_core_environment)[0] == 2
+    unarmed = {key: value for key, value in engine_core_environment.items() if key != FORKED_VARIABLE}
+    assert _run_forked(tmp_path, "EngineCore_DP0", unarmed)[:2] == [2, False]
