@@ -16,9 +16,14 @@ from lit_asyncrl.rollout.temp_dirs import WEIGHTS_DIR_PREFIX
 from tests.integration.runs import REPO, SMALL_RUN, read_rows
 from tests.leftovers import OWNED, left_behind, listing
 
-# One worker runs these one after another: each compares listings of /tmp and /dev/shm before and
-# after its run (another worker's runs may go on meanwhile; what they hold is not counted).
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]
+# Each test compares listings of /tmp and /dev/shm before and after its run (another worker's runs
+# may go on meanwhile; what they hold is not counted). They run in two xdist groups of about equal
+# length, each one test after another: runs that fail from inside and runs
+# stopped from outside, so at most two lifecycle runs share the machine. (xdist joins every group
+# mark of a test into one name, so each test carries exactly one.)
+pytestmark = pytest.mark.engine
+FAILING_FROM_INSIDE = pytest.mark.xdist_group("cleanup_failures")
+STOPPED_FROM_OUTSIDE = pytest.mark.xdist_group("cleanup_signals")
 SHM = Path("/dev/shm")
 
 
@@ -168,6 +173,7 @@ def _cmdline(pid: int) -> bytes:
 FAULTY_ENV = ["env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv", "trainer.num_sanity_val_steps=0"]
 
 
+@FAILING_FROM_INSIDE
 def test_an_environment_failing_too_often_stops_the_run_and_cleans_up(tmp_path):
     # From turn 301 on every step raises: each episode is dropped as env_error until more than
     # half of the last 16 failed, and the run stops naming the counts and the tool's own error.
@@ -181,6 +187,7 @@ def test_an_environment_failing_too_often_stops_the_run_and_cleans_up(tmp_path):
     run.assert_nothing_left()
 
 
+@FAILING_FROM_INSIDE
 def test_sparse_environment_failures_are_dropped_counted_and_training_goes_on(tmp_path):
     # Every 20th agent turn raises (about one episode in six): those episodes are dropped with the
     # reason env_error, the run finishes, and every episode produced is accounted for.
@@ -194,6 +201,7 @@ def test_sparse_environment_failures_are_dropped_counted_and_training_goes_on(tm
     run.assert_nothing_left()
 
 
+@STOPPED_FROM_OUTSIDE
 @pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
 def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_path, signum, expected_code):
     # Every environment answer takes 2 s: the trainer is waiting for its first batch when the signal
@@ -210,6 +218,7 @@ def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_pa
     run.assert_nothing_left()
 
 
+@STOPPED_FROM_OUTSIDE
 def test_sigterm_while_the_engine_starts_exits_and_cleans_up(tmp_path):
     run = Run(["trainer.max_steps=5"], tmp_path)
     run.wait_for(run.engine_serving, "vLLM's processes")
@@ -218,6 +227,7 @@ def test_sigterm_while_the_engine_starts_exits_and_cleans_up(tmp_path):
     run.assert_stops(time.monotonic(), code=143)
 
 
+@STOPPED_FROM_OUTSIDE
 def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
     run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
     run.wait_for_training()
@@ -225,6 +235,7 @@ def test_sigterm_between_training_steps_exits_and_cleans_up(tmp_path):
     run.assert_stops(time.monotonic(), code=143)
 
 
+@STOPPED_FROM_OUTSIDE
 def test_sigterm_with_a_customer_on_its_own_engine_ends_both_engines(tmp_path):
     # The desk's customer is a model on a second engine (the tiny one, to be quick): it goes too.
     user = ["experiment=service_desk_llm_user", "env.user.model=tiny", "env.user.max_reply_tokens=4", "rollout.max_model_len=256"]
@@ -235,6 +246,7 @@ def test_sigterm_with_a_customer_on_its_own_engine_ends_both_engines(tmp_path):
     run.assert_stops(time.monotonic(), code=143)
 
 
+@STOPPED_FROM_OUTSIDE
 @pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
 def test_a_signal_between_ddp_training_steps_stops_both_ranks_and_cleans_up(tmp_path, signum, expected_code):
     # Two training processes (rank 1 started by Lightning from the same command line), the engines
@@ -247,6 +259,7 @@ def test_a_signal_between_ddp_training_steps_stops_both_ranks_and_cleans_up(tmp_
     run.assert_stops(time.monotonic(), code=expected_code)
 
 
+@FAILING_FROM_INSIDE
 def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
     run.wait_for_training()
@@ -255,6 +268,7 @@ def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path
     run.assert_stops(time.monotonic(), says=f"the dedicated old-logit worker (pid {worker}) exited with code -9")
 
 
+@FAILING_FROM_INSIDE
 def test_a_dead_engine_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
     run.wait_for_training()
@@ -263,6 +277,7 @@ def test_a_dead_engine_fails_the_run_within_seconds_naming_it(tmp_path):
     run.assert_stops(time.monotonic(), says="the vLLM engine died")
 
 
+@STOPPED_FROM_OUTSIDE
 def test_sigkill_of_the_trainer_leaves_no_engine_and_no_temp_dir(tmp_path):
     # Nothing in a SIGKILLed process can clean up: the reaper it started kills the engine's
     # processes (which vLLM would leave running, re-parented to init) and removes the weights dir.
@@ -276,6 +291,7 @@ def test_sigkill_of_the_trainer_leaves_no_engine_and_no_temp_dir(tmp_path):
     assert time.monotonic() - started < 30  # processes and dirs within 10 s; the tracker's unlinks may take longer
 
 
+@FAILING_FROM_INSIDE
 def test_an_engine_that_stops_answering_fails_the_run_within_the_stall_timeout(tmp_path):
     # SIGSTOP freezes the engine core: its processes live on, but no token comes. The run reports
     # it within the configured stall timeout and still leaves no process behind. 20 s: a healthy
@@ -294,6 +310,7 @@ def test_an_engine_that_stops_answering_fails_the_run_within_the_stall_timeout(t
         os.kill(engine_core, signal.SIGCONT) if alive(engine_core) else None
 
 
+@FAILING_FROM_INSIDE
 def test_a_dead_engine_is_restarted_with_the_latest_weights_and_the_run_finishes(tmp_path):
     # rollout.engine_restarts=1: the killed engine core is replaced by a new engine serving the
     # latest published weights and version; its episodes in flight count as dropped "lost".

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.integration.runs import read_rows
-from tests.integration.test_cleanup import Run, _cmdline
+from tests.integration.test_cleanup import FAILING_FROM_INSIDE, STOPPED_FROM_OUTSIDE, Run, _cmdline
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]  # compares listings, as the cleanup tests do
+# Compares listings, as the cleanup tests do, and runs in their groups.
+pytestmark = pytest.mark.engine
 
 
 def mcp_run(tmp_path: Path, overrides: list[str]) -> tuple[Run, Path]:
@@ -32,6 +33,7 @@ def mcp_run(tmp_path: Path, overrides: list[str]) -> tuple[Run, Path]:
     return run, count_file
 
 
+@FAILING_FROM_INSIDE  # the group of runs that end on their own, of about equal length
 def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
     run, count_file = mcp_run(tmp_path, ["model.warm_start_steps=80", "model.warm_start_lr=3e-3", "trainer.max_steps=3"])
     run.wait_for(run.engine_serving, "the engine", 300)
@@ -47,6 +49,7 @@ def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
     } <= set(rows[-1])
 
 
+@STOPPED_FROM_OUTSIDE
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_run_ended_by_a_signal_leaves_no_mcp_server(tmp_path, signum):
     # SIGTERM: the run's own clean-up closes the task, which stops the server. SIGKILL: nothing in

@@ -12,7 +12,8 @@ import torch
 from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
 from tests.integration.test_cleanup import Run
 
-pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup")]  # compares listings, as the cleanup tests do
+# Compares listings, as the cleanup tests do, in the group of runs stopped from outside.
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 
 
 def wait_for_complete_checkpoint(run: Run, name: str, timeout_s: float = 300):
