@@ -11,7 +11,12 @@ is made from a thread of its own, so nothing of the parent's OpenMP pool is used
 What a spawned engine core takes from its environment as it starts, a forked one already has from
 the parent: `settle_forked_engine_core` makes the child's state match the environment the engine
 config asked for (one torch thread, no torch.compile, the run's temp dir, and the quiet console of
-an ERROR log level). vLLM's plugins already ran in the parent, so it also arms the engine core's
+an ERROR log level). A forked child also holds a copy of every file descriptor of the parent, among
+them the pipe through which another thread's `subprocess.Popen` learns that its child has exec'd:
+that `Popen` waits until every copy of the pipe's write end is closed, so it would wait as long as
+the engine core lives (seen: a customer's engine starting its reaper while the policy's engine
+core was being forked). The child points every pipe it holds both ends of (one the parent was
+using itself, never its own link to its parent) at /dev/null. vLLM's plugins already ran in the parent, so it also arms the engine core's
 unnamed locks (`engine_core_semaphores.py`); the fast exit of `engine_core_exit.py` is not needed,
 since multiprocessing ends a forked child with `os._exit` after its clean-up.
 
@@ -56,10 +61,38 @@ def settle_forked_engine_core(_registered: object = None) -> None:
         # before the variable was set: run every compiled function eagerly.
         torch.compiler.set_stance("force_eager")
     tempfile.tempdir = None  # read again from TMPDIR, the run's temp dir
+    _release_the_parents_own_pipes()
     if mode == "quiet":
         warnings.simplefilter("ignore", FutureWarning)
         _quiet_cpp_warnings()
     engine_core_semaphores.register()
+
+
+def _release_the_parents_own_pipes() -> None:
+    """Point at /dev/null every inherited pipe of which this process holds a read end and a write end.
+
+    Pointed, not closed: an inherited object that still owns such a descriptor may close it later,
+    and a closed number could by then belong to a new file of this process."""
+    ends: dict[str, list[tuple[int, bool]]] = {}
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue  # the console: never the parent's own pipe
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            flags = int(Path(f"/proc/self/fdinfo/{fd}").read_text().split("flags:")[1].split()[0], 8)
+        except (OSError, IndexError, ValueError):
+            continue  # the listing's own descriptor, gone by now
+        if target.startswith("pipe:"):
+            ends.setdefault(target, []).append((fd, bool(flags & os.O_WRONLY)))
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for descriptors in ends.values():
+            if {writes for _, writes in descriptors} == {False, True}:
+                for fd, _ in descriptors:
+                    os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
 
 
 def _quiet_cpp_warnings() -> None:

@@ -16,8 +16,36 @@ STALE_RUN = [
 ]
 
 
-def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
-    """Run an exact route and check what all of them promise; returns the metric rows.
+#: The sweep's jobs, in order: the three exact routes and async recompute.
+SWEPT_EXPERIMENTS = ["snapshot", "interrupt_sync", "dedicated", "decoupled_async"]
+
+
+def run_reference_sweep(sweep_dir) -> tuple[dict[str, object], str]:
+    """One Hydra multirun over `SWEPT_EXPERIMENTS` (one process, its jobs one after another, so a
+    route costs its engine and its steps, not a process start): ({experiment: job dir}, console)."""
+    result = run_hydra(
+        ["-m", f"experiment={','.join(SWEPT_EXPERIMENTS)}", f"hydra.sweep.dir={sweep_dir}", "fidelity=true", *STALE_RUN], timeout_s=900
+    )
+    # Each job's dir is named by its number and overrides (`hydra.sweep.subdir`).
+    job_dirs = {experiment: next(sweep_dir.glob(f"{job}_experiment={experiment},*")) for job, experiment in enumerate(SWEPT_EXPERIMENTS)}
+    return job_dirs, result.stdout + result.stderr
+
+
+def test_each_reference_route_keeps_its_promise_in_one_sweep(tmp_path, subtests):
+    # One subtest per route, each reported on its own.
+    job_dirs, console = run_reference_sweep(tmp_path)
+    with subtests.test("snapshot gives exact old log-probs at every gap"):
+        check_snapshot(job_dirs["snapshot"])
+    with subtests.test("interrupt-sync gives exact old log-probs"):
+        check_interrupt_sync(job_dirs["interrupt_sync"])
+    with subtests.test("the dedicated old-logit model gives exact old log-probs"):
+        check_dedicated(job_dirs["dedicated"])
+    with subtests.test("async recompute absorbs staleness into r_d"):
+        check_async_recompute(job_dirs["decoupled_async"], console)
+
+
+def check_exact_route(run_dir) -> list[dict[str, float]]:
+    """Check what every exact route promises in its sweep job's run dir; returns the metric rows.
 
     pi_old of each token's own version equals the fp32 engine's mu: r_d == 1 up to noise, whatever
     the version gap (an off-by-one version would show gaps of ~1e-2 or more), and every policy token
@@ -25,7 +53,6 @@ def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
     With `fidelity=true` the shadow snapshots score the same tokens independently: an exact route
     agrees with them within 1e-5 at every gap, and masks exactly as they do.
     """
-    run_hydra([f"experiment={experiment}", f"hydra.run.dir={run_dir}", "fidelity=true", *STALE_RUN])
     rows = read_rows(run_dir / "metrics.csv")
     assert len(rows) == 8
     assert max(row["train/version_gap_max"] for row in rows) >= 1  # stale tokens were trained on
@@ -47,18 +74,17 @@ def run_exact_route(experiment: str, run_dir) -> list[dict[str, float]]:
     return rows
 
 
-def test_snapshot_reference_gives_exact_old_logprobs_at_every_gap(tmp_path):
-    rows = run_exact_route("snapshot", tmp_path)
+def check_snapshot(run_dir) -> None:
+    rows = check_exact_route(run_dir)
     for row in rows:
         assert 1 <= row["snapshot/version_shards_per_batch"] <= 4
         assert row["snapshot/resident"] <= 5  # max_version_gap + 1 plus the newest version
     assert any(row["snapshot/historical_shards_per_batch"] >= 1 for row in rows)
 
 
-def test_async_recompute_reference_absorbs_staleness_into_r_d(tmp_path):
-    result = run_hydra(["experiment=decoupled_async", f"hydra.run.dir={tmp_path}", *STALE_RUN])
-    assert "r_s == 1 for every token with a version gap > 0" in result.stderr  # the guard warned
-    rows = read_rows(tmp_path / "metrics.csv")
+def check_async_recompute(run_dir, console: str) -> None:
+    assert "r_s == 1 for every token with a version gap > 0" in console  # the guard warned
+    rows = read_rows(run_dir / "metrics.csv")
     stale = [row for row in rows if row["train/version_gap_max"] >= 1]
     assert stale
     # The current weights are not the sampling weights of stale tokens: r_d moves away from 1.
@@ -101,12 +127,12 @@ def test_ppo_ewma_starts_from_the_warmed_up_weights_and_logs_its_state(tmp_path)
     assert resets == sorted(resets)  # a running count
 
 
-def test_interrupt_sync_reference_gives_exact_old_logprobs(tmp_path):
-    rows = run_exact_route("interrupt_sync", tmp_path)
+def check_interrupt_sync(run_dir) -> None:
+    rows = check_exact_route(run_dir)
     assert all(row["interrupt_sync/stall_s"] > 0 for row in rows)
     assert sum(row["interrupt_sync/scored_tokens"] for row in rows) > 0
 
 
-def test_dedicated_old_logit_model_gives_exact_old_logprobs(tmp_path):
-    rows = run_exact_route("dedicated", tmp_path)
+def check_dedicated(run_dir) -> None:
+    rows = check_exact_route(run_dir)
     assert rows[-1]["dedicated/scored_tokens"] >= rows[-1]["rollout/trained"]  # at least one token per episode

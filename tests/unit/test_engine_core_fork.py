@@ -91,3 +91,43 @@ def test_other_forked_processes_are_left_as_they_are(tmp_path, engine_core_envir
     assert _run_forked(tmp_path, "Worker", engine_core_environment)[0] == 2
     unarmed = {key: value for key, value in engine_core_environment.items() if key != FORKED_VARIABLE}
     assert _run_forked(tmp_path, "EngineCore_DP0", unarmed)[:2] == [2, False]
+
+
+def _hold(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def test_a_forked_engine_core_does_not_hold_another_threads_process_start(engine_core_environment):
+    # A pipe this process holds both ends of, as `subprocess.Popen` does while its child has not yet
+    # exec'd: its read returns (EOF) once every copy of the write end is closed. A forked child that
+    # kept its copy would hold the read for as long as it lives.
+    import select
+
+    read_end, write_end = os.pipe()
+    sentinel_read, sentinel_write = os.pipe()  # one end only: this process's link to something, kept
+    saved = {key: os.environ.get(key) for key in engine_core_environment}
+    os.environ.update(engine_core_environment)
+    try:
+        processes = {
+            name: multiprocessing.get_context("fork").Process(target=_hold, args=(30,), name=name) for name in ("EngineCore_DP0", "Worker")
+        }
+        processes["EngineCore_DP0"].start()
+        os.close(write_end)
+        assert select.select([read_end], [], [], 20)[0] == [read_end] and os.read(read_end, 1) == b""
+        # A process of another name keeps what it inherited, as any forked process does.
+        read_end, write_end = os.pipe()
+        processes["Worker"].start()
+        os.close(write_end)
+        assert select.select([read_end], [], [], 2)[0] == []
+        assert os.write(sentinel_write, b"x") == 1  # the one-ended pipe still works here
+    finally:
+        for process in processes.values():
+            if process.pid is not None:
+                process.kill()
+                process.join(10)
+        for fd in (read_end, sentinel_read, sentinel_write):
+            os.close(fd)
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
