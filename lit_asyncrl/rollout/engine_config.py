@@ -139,9 +139,11 @@ def engine_core_environment(settings: EngineConfig, config: Any) -> dict[str, st
         # busy 2-core machine (measured: 1,950 against 10,700 tokens/s). One thread is what the
         # multiprocess executor's binding gave it.
         environment["OMP_NUM_THREADS"] = "1"
-        if os.environ.get(START_METHOD_VARIABLE) != "spawn":
-            # Forked, the engine core skips the imports a spawned one repeats (`engine_core_fork.py`).
-            environment.update(forked_engine_core_environment(quiet=settings.log_level.upper() in ("ERROR", "CRITICAL")))
+    if in_process and os.environ.get(START_METHOD_VARIABLE) != "spawn":
+        # Forked, the engine core skips the imports a spawned one repeats (`engine_core_fork.py`).
+        environment.update(forked_engine_core_environment(quiet=settings.log_level.upper() in ("ERROR", "CRITICAL")))
+    elif config.device_config.device_type == "cpu":
+        environment[START_METHOD_VARIABLE] = "spawn"  # what vLLM's CPU platform asks for its processes
     if config.device_config.device_type == "cpu" and settings.enforce_eager:
         # vLLM's sampler still compiles two small functions with torch.compile (the sampled
         # token's rank for its log-prob, and the random sampling) at the first request: 7-16 s

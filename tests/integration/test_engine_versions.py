@@ -146,7 +146,7 @@ def test_the_engine_config_forks_the_engine_core_unless_vllms_start_method_says_
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
     spawned = environment()
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
-    assert "VLLM_WORKER_MULTIPROC_METHOD" not in spawned and "LIT_ASYNCRL_ENGINE_CORE_FORKED" not in spawned
+    assert spawned["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn" and "LIT_ASYNCRL_ENGINE_CORE_FORKED" not in spawned
 
 
 def test_the_local_engine_keeps_the_engine_protocol(head_engine, head_model_path):
