@@ -39,7 +39,7 @@ def main(out: Path) -> None:
     trainer = Trainer(
         accelerator="cpu",
         devices=2,
-        strategy="ddp_fork",  # ranks forked from this process: no second Lightning import
+        strategy="ddp",
         max_steps=STEPS,
         callbacks=[ewma, SaveState(ewma, out)],
         default_root_dir=out,
