@@ -2,9 +2,9 @@
 
 vLLM's CPU platform spawns the engine core. A spawned process starts a fresh interpreter that
 imports vLLM, torch and the caller's `__main__` module again (for `python -m lit_asyncrl.train`:
-Lightning and Hydra too) before it loads the model. A tiny-policy engine on a 2-core machine took a median 13.9 s to
-start spawned against 7.5 s forked from a process that has those imports already
-(`benchmarks/bench_engine.py`, 3 rounds). vLLM forks its engine core everywhere else unless CUDA is
+Lightning and Hydra too) before it loads the model. A tiny-policy engine on a 2-core machine took
+a median 13.9 s to start spawned against 7.5 s forked from a process that has those imports
+already (`benchmarks/bench_engine.py`, 3 rounds). vLLM forks its engine core everywhere else unless CUDA is
 initialized; the engine core made here runs its one worker in-process with one OpenMP thread and
 is made from a thread of its own, so nothing of the parent's OpenMP pool is used in the child.
 
@@ -16,9 +16,10 @@ them the pipe through which another thread's `subprocess.Popen` learns that its 
 that `Popen` waits until every copy of the pipe's write end is closed, so it would wait as long as
 the engine core lives (seen: a customer's engine starting its reaper while the policy's engine
 core was being forked). The child points every pipe it holds both ends of (one the parent was
-using itself, never its own link to its parent) at /dev/null. vLLM's plugins already ran in the parent, so it also arms the engine core's
-unnamed locks (`engine_core_semaphores.py`); the fast exit of `engine_core_exit.py` is not needed,
-since multiprocessing ends a forked child with `os._exit` after its clean-up.
+using itself, never its own link to its parent) at /dev/null. vLLM's plugins already ran in the
+parent, so it also arms the engine core's unnamed locks (`engine_core_semaphores.py`); the fast
+exit of `engine_core_exit.py` is not needed, since multiprocessing ends a forked child with
+`os._exit` after its clean-up.
 
 Setting vLLM's own `VLLM_WORKER_MULTIPROC_METHOD=spawn` keeps the spawned engine core.
 """
