@@ -4,9 +4,10 @@ vLLM's CPU platform spawns the engine core. A spawned process starts a fresh int
 imports vLLM, torch and the caller's `__main__` module again (for `python -m lit_asyncrl.train`:
 Lightning and Hydra too) before it loads the model. A tiny-policy engine on a 2-core machine took
 a median 13.9 s to start spawned against 7.5 s forked from a process that has those imports
-already (`benchmarks/bench_engine.py`, 3 rounds). vLLM forks its engine core everywhere else unless CUDA is
-initialized; the engine core made here runs its one worker in-process with one OpenMP thread and
-is made from a thread of its own, so nothing of the parent's OpenMP pool is used in the child.
+already (`benchmarks/bench_engine.py`, 3 rounds). vLLM forks its engine core everywhere else
+unless CUDA is initialized; the engine core made here runs its one worker in-process with one
+OpenMP thread and is made from a thread of its own, so nothing of the parent's OpenMP pool is used
+in the child.
 
 What a spawned engine core takes from its environment as it starts, a forked one already has from
 the parent: `settle_forked_engine_core` makes the child's state match the environment the engine
