@@ -1,6 +1,7 @@
 """The forked engine core's settling (`rollout/engine_core_fork.py`), in real forked processes named as vLLM names them."""
 
 import ctypes
+import json
 import multiprocessing
 import os
 import tempfile
@@ -42,14 +43,14 @@ def _child(report: str) -> None:
         len(caught),
         ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value,
     ]
-    Path(report).write_text(repr(seen))
+    Path(report).write_text(json.dumps(seen))
 
 
-def _run_forked(tmp_path: Path, name: str, environment: dict[str, str]) -> list:
+def _run_forked(tmp_path: Path, monkeypatch, name: str, environment: dict[str, str]) -> list:
     """What a child forked with `environment` and named `name` reports of its own state."""
     report = tmp_path / "report"
-    saved = {key: os.environ.get(key) for key in environment}
-    os.environ.update(environment)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # the trainer's pool, which the child must not keep
     try:
@@ -58,10 +59,8 @@ def _run_forked(tmp_path: Path, name: str, environment: dict[str, str]) -> list:
         process.join(60)
     finally:
         torch.set_num_threads(threads)
-        for key, value in saved.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
     assert process.exitcode == 0
-    return eval(report.read_text())
+    return json.loads(report.read_text())
 
 
 @pytest.fixture
@@ -72,25 +71,26 @@ def engine_core_environment(tmp_path):
     return {"OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1", "TMPDIR": str(run_dir), **forked_engine_core_environment(quiet=True)}
 
 
-def test_a_forked_engine_core_takes_its_environment_as_a_spawned_one_would(tmp_path, engine_core_environment):
+def test_a_forked_engine_core_takes_its_environment_as_a_spawned_one_would(tmp_path, monkeypatch, engine_core_environment):
     # One torch thread, no torch.compile, the run's temp dir, FutureWarnings and C++ warnings quiet (ERROR = 2).
-    assert _run_forked(tmp_path, "EngineCore_DP0", engine_core_environment) == [1, True, str(tmp_path / "run"), 0, 2]
+    assert _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", engine_core_environment) == [1, True, str(tmp_path / "run"), 0, 2]
 
 
-def test_a_loud_engine_core_keeps_its_warnings(tmp_path, engine_core_environment):
+def test_a_loud_engine_core_keeps_its_warnings(tmp_path, monkeypatch, engine_core_environment):
     loud = {**engine_core_environment, **forked_engine_core_environment(quiet=False)}
     library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"))
     own_log_level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value
-    threads, _, _, warned, log_level = _run_forked(tmp_path, "EngineCore_DP0", loud)
+    threads, _, _, warned, log_level = _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", loud)
     assert (threads, warned, log_level) == (1, 1, own_log_level)
 
 
-def test_other_forked_processes_are_left_as_they_are(tmp_path, engine_core_environment):
+def test_other_forked_processes_are_left_as_they_are(tmp_path, monkeypatch, engine_core_environment):
     # A process of another name (a DataLoader worker, vLLM's own workers), or one forked without
     # the variable, keeps the parent's state.
-    assert _run_forked(tmp_path, "Worker", engine_core_environment)[0] == 2
+    assert _run_forked(tmp_path, monkeypatch, "Worker", engine_core_environment)[0] == 2
     unarmed = {key: value for key, value in engine_core_environment.items() if key != FORKED_VARIABLE}
-    assert _run_forked(tmp_path, "EngineCore_DP0", unarmed)[:2] == [2, False]
+    monkeypatch.delenv(FORKED_VARIABLE)
+    assert _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", unarmed)[:2] == [2, False]
 
 
 def _hold(seconds: float) -> None:
@@ -99,35 +99,31 @@ def _hold(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def test_a_forked_engine_core_does_not_hold_another_threads_process_start(engine_core_environment):
+def test_a_forked_engine_core_does_not_hold_another_threads_process_start(monkeypatch, engine_core_environment):
     # A pipe this process holds both ends of, as `subprocess.Popen` does while its child has not yet
     # exec'd: its read returns (EOF) once every copy of the write end is closed. A forked child that
     # kept its copy would hold the read for as long as it lives.
     import select
 
+    for key, value in engine_core_environment.items():
+        monkeypatch.setenv(key, value)
+    processes = {
+        name: multiprocessing.get_context("fork").Process(target=_hold, args=(30,), name=name) for name in ("EngineCore_DP0", "Worker")
+    }
     read_end, write_end = os.pipe()
-    sentinel_read, sentinel_write = os.pipe()  # one end only: this process's link to something, kept
-    saved = {key: os.environ.get(key) for key in engine_core_environment}
-    os.environ.update(engine_core_environment)
     try:
-        processes = {
-            name: multiprocessing.get_context("fork").Process(target=_hold, args=(30,), name=name) for name in ("EngineCore_DP0", "Worker")
-        }
         processes["EngineCore_DP0"].start()
         os.close(write_end)
         assert select.select([read_end], [], [], 20)[0] == [read_end] and os.read(read_end, 1) == b""
+        os.close(read_end)
         # A process of another name keeps what it inherited, as any forked process does.
         read_end, write_end = os.pipe()
         processes["Worker"].start()
         os.close(write_end)
         assert select.select([read_end], [], [], 2)[0] == []
-        assert os.write(sentinel_write, b"x") == 1  # the one-ended pipe still works here
     finally:
         for process in processes.values():
             if process.pid is not None:
                 process.kill()
                 process.join(10)
-        for fd in (read_end, sentinel_read, sentinel_write):
-            os.close(fd)
-        for key, value in saved.items():
-            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+        os.close(read_end)
