@@ -12,7 +12,7 @@ in the child.
 What a spawned engine core takes from its environment as it starts, a forked one already has from
 the parent: `settle_forked_engine_core` makes the child's state match the environment the engine
 config asked for (one torch thread, no torch.compile, the run's temp dir, and the quiet console of
-an ERROR log level). A forked child also holds a copy of every file descriptor of the parent, among
+an ERROR log level); it also keeps the garbage collector off the copy of the parent's heap. A forked child also holds a copy of every file descriptor of the parent, among
 them the pipe through which another thread's `subprocess.Popen` learns that its child has exec'd:
 that `Popen` waits until every copy of the pipe's write end is closed, so it would wait as long as
 the engine core lives (seen: a customer's engine starting its reaper while the policy's engine
@@ -28,6 +28,7 @@ Setting vLLM's own `VLLM_WORKER_MULTIPROC_METHOD=spawn` keeps the spawned engine
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing.util
 import os
 import tempfile
@@ -62,12 +63,29 @@ def settle_forked_engine_core(_registered: object = None) -> None:
         # vLLM's sampler kernels were decorated with torch.compile when the parent imported them,
         # before the variable was set: run every compiled function eagerly.
         torch.compiler.set_stance("force_eager")
+    _leave_the_parents_objects_to_the_exit()
     tempfile.tempdir = None  # read again from TMPDIR, the run's temp dir
     _release_the_parents_own_pipes()
     if mode == "quiet":
         warnings.simplefilter("ignore", FutureWarning)
         _quiet_cpp_warnings()
     engine_core_semaphores.register()
+
+
+def _leave_the_parents_objects_to_the_exit() -> None:
+    """Keep the collector off the copy of the parent's heap: the engine core collects five times
+    as it starts (after loading the model, before freezing its own heap) and once as it shuts down,
+    and each walk over a trainer's heap (~720k objects) took ~0.5 s. Frozen here, those objects are
+    never walked; vLLM's shutdown unfreezes everything it froze (so an engine made inside a
+    process can free its memory), which would bring them back just before this process exits,
+    so the unfreeze is left out here (measured on a trainer-sized heap: start 3.1 -> 1.2 s,
+    shutdown 1.9 -> 0.7 s). The process's memory goes back with its exit, none of it by a finaliser."""
+    gc.freeze()
+    gc.unfreeze = _keep_frozen
+
+
+def _keep_frozen() -> None:
+    """`gc.unfreeze` in a forked engine core: nothing (see `_leave_the_parents_objects_to_the_exit`)."""
 
 
 def _release_the_parents_own_pipes() -> None:

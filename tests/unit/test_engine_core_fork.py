@@ -1,6 +1,7 @@
 """The forked engine core's settling (`rollout/engine_core_fork.py`), in real forked processes named as vLLM names them."""
 
 import ctypes
+import gc
 import json
 import multiprocessing
 import os
@@ -43,6 +44,10 @@ def _child(report: str) -> None:
         len(caught),
         ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value,
     ]
+    # The parent's objects, frozen, and kept so through vLLM's unfreeze at shutdown.
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    seen += [frozen > 0, gc.get_freeze_count() == frozen]
     Path(report).write_text(json.dumps(seen))
 
 
@@ -72,22 +77,32 @@ def engine_core_environment(tmp_path):
 
 
 def test_a_forked_engine_core_takes_its_environment_as_a_spawned_one_would(tmp_path, monkeypatch, engine_core_environment):
-    # One torch thread, no torch.compile, the run's temp dir, FutureWarnings and C++ warnings quiet (ERROR = 2).
-    assert _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", engine_core_environment) == [1, True, str(tmp_path / "run"), 0, 2]
+    # One torch thread, no torch.compile, the run's temp dir, FutureWarnings and C++ warnings quiet
+    # (ERROR = 2), the parent's heap frozen for good.
+    assert _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", engine_core_environment) == [
+        1,
+        True,
+        str(tmp_path / "run"),
+        0,
+        2,
+        True,
+        True,
+    ]
 
 
 def test_a_loud_engine_core_keeps_its_warnings(tmp_path, monkeypatch, engine_core_environment):
     loud = {**engine_core_environment, **forked_engine_core_environment(quiet=False)}
     library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"))
     own_log_level = ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value
-    threads, _, _, warned, log_level = _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", loud)
+    threads, _, _, warned, log_level, *_ = _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", loud)
     assert (threads, warned, log_level) == (1, 1, own_log_level)
 
 
 def test_other_forked_processes_are_left_as_they_are(tmp_path, monkeypatch, engine_core_environment):
     # A process of another name (a DataLoader worker, vLLM's own workers), or one forked without
     # the variable, keeps the parent's state.
-    assert _run_forked(tmp_path, monkeypatch, "Worker", engine_core_environment)[0] == 2
+    worker = _run_forked(tmp_path, monkeypatch, "Worker", engine_core_environment)
+    assert (worker[0], worker[-2]) == (2, False)  # the parent's threads, nothing frozen
     unarmed = {key: value for key, value in engine_core_environment.items() if key != FORKED_VARIABLE}
     monkeypatch.delenv(FORKED_VARIABLE)
     assert _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", unarmed)[:2] == [2, False]
