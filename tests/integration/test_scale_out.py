@@ -6,14 +6,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydra
+from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydra, small_run_from
 from tests.integration.test_reference_runs import STALE_RUN
+from tests.integration.warm_policies import warm_started_policy
 
 pytestmark = pytest.mark.engine
 #: The Ray tests look for Ray processes left behind: one at a time, on one worker.
 one_ray_test_at_a_time = pytest.mark.xdist_group("ray")
 STEPS = 6
 GROUP_SIZE, GROUPS_PER_BATCH = 4, 4  # SMALL_RUN's
+TASKS = ("desk", "desk_customer", "guess_number")  # conf/env/mixture.yaml's tasks, in order
 
 
 def assert_accounting_holds(row: dict[str, float]) -> None:
@@ -22,7 +24,7 @@ def assert_accounting_holds(row: dict[str, float]) -> None:
 
 
 def assert_both_engines_generated(rows: list[dict[str, float]], steps: int) -> None:
-    last = rows[-1]
+    last = [row for row in rows if "rollout/engine_version" in row][-1]  # the last step's (a validation may follow)
     assert last["rollout/engine_0/groups_started"] >= 2 and last["rollout/engine_1/groups_started"] >= 2
     # Every version reached every engine: the older engine version is the trainer's newest.
     assert last["rollout/engine_version"] == steps
@@ -47,23 +49,84 @@ RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
 @one_ray_test_at_a_time
-def test_two_ddp_processes_on_two_engines_as_ray_actors_train_each_group_once(tmp_path):
+def test_two_ddp_processes_on_two_ray_engines_train_a_task_mixture_each_group_once(tmp_path, warm_policy_root):
     # One run for what DDP promises (whole groups, each trained once across the ranks, one
-    # accounting, equal EWMA averages), with the engines as Ray actors, on a mixture of tasks whose
-    # training success per task is over both ranks' shards. Two local engines under DDP run in the
-    # exact-routes test below.
+    # accounting, equal EWMA averages), with the engines as Ray actors, and for what a mixture of
+    # tasks promises: training success per task over both ranks' shards, held-out validation and
+    # accounting per task. Two local engines under DDP run in the exact-routes test below.
     pytest.importorskip("ray")
-    check_two_ddp_processes_on_two_engines(tmp_path, placement=RAY, env=["env=mixture"])
+    policy = warm_started_policy(warm_policy_root, "task_mix", steps=120)
+    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
+    run_hydra(
+        [
+            *RAY,
+            "experiment=task_mix",
+            "reference=ewma",
+            *small_run_from(policy),
+            f"trainer.max_steps={STEPS}",
+            "trainer.devices=2",
+            "trainer.strategy=ddp",
+            "rollout.num_engines=2",
+            "rollout.max_concurrent_groups=8",  # the engines run ahead: stale tokens, a moving average
+            "trainer.val_check_interval=3",
+            # two held-out instances per task (guess-the-number holds out exactly two secrets)
+            "rollout.eval_instances=6",
+            "rollout.eval_samples=4",
+            f"hydra.run.dir={tmp_path}/run",
+            probe,
+        ]
+    )
+    ranks = load_probes_and_check_each_group_trained_once(tmp_path / "probe")
+    # DDP keeps the replicas equal (the task mix's entropy term moves them even when a batch's
+    # rewards are all equal), and the EWMA callback's average agrees bit for bit.
+    for name, tensor in ranks[0]["live"].items():
+        assert torch.equal(tensor, ranks[1]["live"][name]), name
+    assert ranks[0]["ewma_average"].keys() == ranks[1]["ewma_average"].keys()
+    for name, tensor in ranks[0]["ewma_average"].items():
+        assert torch.equal(tensor, ranks[1]["ewma_average"][name]), name
+    # ... and it is an average, not a copy of the live weights (the test would be empty otherwise).
+    assert any(not torch.equal(tensor, ranks[0]["live"][name]) for name, tensor in ranks[0]["ewma_average"].items())
+    rows = read_all_rows(tmp_path / "run" / "metrics.csv")
+    train_rows = [row for row in rows if "rollout/produced" in row]
+    assert len(train_rows) == STEPS
+    for row in train_rows:
+        assert_accounting_holds(row)
+    assert_both_engines_generated(rows, steps=STEPS)
+    assert_task_success_is_over_both_ranks(ranks, rows)
+    assert_each_task_is_validated_and_counted_on_its_own(rows, train_rows[-1])
+    assert (tmp_path / "run" / "summary.json").exists()  # written once, by rank 0
+    # The Ray instance the run started is gone with it, its temp dir too.
+    assert ray_processes() == []
+    assert list(Path(tempfile.gettempdir()).glob("lit_asyncrl_ray_*")) == []
+
+
+def assert_each_task_is_validated_and_counted_on_its_own(rows: list[dict], last: dict) -> None:
+    """Held-out success per task (two instances each) before the first RL step and after steps 3
+    and 6, the overall value their mean; the accounting per task adds up to the run's."""
+    validations = [row for row in rows if "val/avg@4" in row]
+    assert [int(row["step"]) for row in validations] == [0, 2, 5]
+    for row in validations:
+        for task in TASKS:
+            assert 0.0 <= row[f"val/{task}/avg@4"] <= row[f"val/{task}/pass@4"] <= 1.0
+            assert row[f"val/{task}/greedy_success"] in (0.0, 0.5, 1.0)  # two greedy episodes per task
+        for metric in ("avg@4", "pass@4", "greedy_success"):
+            assert row[f"val/{metric}"] == pytest.approx(sum(row[f"val/{task}/{metric}"] for task in TASKS) / 3, abs=1e-6)
+    # Each task played in its own format: the game's turns end at ';' and the desk's at a newline, and
+    # both are won (random valid guesses win 0.34 of the games; the desk needs its demonstrations).
+    assert max(row["val/guess_number/avg@4"] for row in validations) > 0.0
+    assert max(row["val/desk/avg@4"] for row in validations) > 0.0
+    assert last["rollout/env_failures"] == 0
+    for outcome in ("produced", "trained", "dropped_stale"):
+        assert sum(last.get(f"rollout/{task}/{outcome}", 0.0) for task in TASKS) == last[f"rollout/{outcome}"], outcome
 
 
 def assert_task_success_is_over_both_ranks(ranks: list[dict], rows: list[dict]) -> None:
     """Each step's `train/<task>/task_success` is that task's share of successes over the episodes
     both ranks trained on (computed here from the probes), and absent where no episode had the task."""
-    names = ("desk", "desk_customer", "guess_number")  # conf/env/mixture.yaml's tasks, in order
     for step in range(STEPS):
         logged = {key: value for row in rows if row.get("step") == step for key, value in row.items() if key.endswith("/task_success")}
         expected = {}
-        for index, name in enumerate(names):
+        for index, name in enumerate(TASKS):
             outcomes = [won for state in ranks for won, task in zip(state["success"][step], state["task_ids"][step]) if task == index]
             if outcomes:
                 expected[f"train/{name}/task_success"] = sum(outcomes) / len(outcomes)
@@ -91,53 +154,6 @@ def load_probes_and_check_each_group_trained_once(probe_dir: Path) -> list[dict]
     assert counts["trained"] == trained_on_ranks == STEPS * GROUPS_PER_BATCH * GROUP_SIZE
     assert counts["produced"] == counts["trained"] + counts["dropped"] + counts["pending"]
     return ranks
-
-
-def check_two_ddp_processes_on_two_engines(tmp_path, placement: list[str], env: list[str] = ()) -> None:
-    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
-    run_hydra(
-        [
-            *placement,
-            *env,
-            *SMALL_RUN,
-            f"trainer.max_steps={STEPS}",
-            "trainer.devices=2",
-            "trainer.strategy=ddp",
-            "rollout.num_engines=2",
-            "reference=ewma",
-            "rollout.max_concurrent_groups=8",  # the engines run ahead: stale tokens, a moving average
-            # The weights move every step even when a batch's rewards are all equal (no advantage),
-            # and the entropy term's global-batch scale is exercised too.
-            "model.entropy_coef=0.01",
-            "rollout.eval_instances=4",
-            "rollout.eval_samples=4",
-            f"hydra.run.dir={tmp_path}/run",
-            probe,
-        ]
-    )
-    ranks = load_probes_and_check_each_group_trained_once(tmp_path / "probe")
-
-    # DDP keeps the replicas equal, and the EWMA callback's average agrees bit for bit.
-    for name, tensor in ranks[0]["live"].items():
-        assert torch.equal(tensor, ranks[1]["live"][name]), name
-    assert ranks[0]["ewma_average"].keys() == ranks[1]["ewma_average"].keys()
-    for name, tensor in ranks[0]["ewma_average"].items():
-        assert torch.equal(tensor, ranks[1]["ewma_average"][name]), name
-    # ... and it is an average, not a copy of the live weights (the test would be empty otherwise).
-    assert any(not torch.equal(tensor, ranks[0]["live"][name]) for name, tensor in ranks[0]["ewma_average"].items())
-
-    rows = read_all_rows(tmp_path / "run" / "metrics.csv")
-    train_rows = [row for row in rows if "rollout/produced" in row]
-    assert len(train_rows) == STEPS
-    for row in train_rows:
-        assert_accounting_holds(row)
-    assert_both_engines_generated(rows, steps=STEPS)
-    if env:
-        assert_task_success_is_over_both_ranks(ranks, rows)
-    assert (tmp_path / "run" / "summary.json").exists()  # written once, by rank 0
-    if placement:  # the Ray instance the run started is gone with it, its temp dir too
-        assert ray_processes() == []
-        assert list(Path(tempfile.gettempdir()).glob("lit_asyncrl_ray_*")) == []
 
 
 def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
