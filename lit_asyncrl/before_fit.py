@@ -17,7 +17,7 @@ from lit_asyncrl.warm_start import WarmStart, load_tokenizer
 
 def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer: L.Trainer) -> None:
     """Combinations of module, data and trainer settings, refused before anything starts."""
-    module.reference.check_rollout_settings(datamodule.rollouts.max_version_gap)
+    module.reference.check_rollout_settings(datamodule.rollouts)
     check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
     check_reference_supported(trainer.strategy, module.reference, fidelity=module.fidelity is not None)
     warn_of_replaced_metrics(trainer)

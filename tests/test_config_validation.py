@@ -149,6 +149,7 @@ MALFORMED = [
     (["model.warm_start_steps=-1"], "warm_start.steps"),
     (["loss=decoupled_ppo", "reference=snapshot", "reference.max_resident=2"], "reference.max_resident"),
     (["loss=decoupled_ppo", "reference=snapshot", "reference.max_staleness=1"], "reference.max_staleness"),
+    (["experiment=dedicated", "rollout.num_engines=2"], "reference=dedicated runs with rollout.num_engines=1, got 2"),
     (["env.max_value=0"], "env.max_value"),
     (["env.max_turns=0"], "env.max_turns"),
     (["env.latency_s=-1"], "env.latency_s"),

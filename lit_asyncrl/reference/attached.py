@@ -64,5 +64,9 @@ class DedicatedReference(ReferenceSource):
             )
         rollouts.use_dedicated_worker()
 
+    def check_rollout_settings(self, rollouts: RolloutService) -> None:
+        # The service records the worker now and refuses what it cannot host (several engines).
+        self.bind(rollouts)
+
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         return batch["old_logprobs"]

@@ -37,10 +37,10 @@ class ReferenceSource(abc.ABC):
         keep it; most sources need nothing."""
         return None
 
-    def check_rollout_settings(self, max_version_gap: int) -> None:
-        """Refuse settings that cannot serve tokens up to `max_version_gap` versions old; called
-        before the warm start and the engine, so a bad combination costs nothing. Most sources
-        serve any gap: nothing to check."""
+    def check_rollout_settings(self, rollouts: RolloutService) -> None:
+        """Refuse rollout settings this source cannot serve (a staleness cap beyond what it keeps,
+        a service that cannot host what it needs); called before the warm start and the engines,
+        so a bad combination costs nothing. Most sources serve any: nothing to check."""
         return None
 
     @abc.abstractmethod

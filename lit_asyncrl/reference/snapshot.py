@@ -68,7 +68,8 @@ class SnapshotReference(ReferenceSource):
     def callbacks(self) -> list[L.Callback]:
         return [self._retention]
 
-    def check_rollout_settings(self, max_version_gap: int) -> None:
+    def check_rollout_settings(self, rollouts: RolloutService) -> None:
+        max_version_gap = rollouts.max_version_gap
         window = self.max_staleness if self.max_staleness is not None else max_version_gap
         if self.max_staleness is not None and self.max_staleness < max_version_gap:
             raise ValueError(
