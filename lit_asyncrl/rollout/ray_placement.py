@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.temp_dirs import make_ray_dir
 
 
@@ -42,6 +43,7 @@ class _RayRuntime:
         self._users = 0
         self._started_here = False
         self._temp_dir: str | None = None
+        self._reaper = None
 
     def acquire(self, address: str | None) -> None:
         import ray
@@ -51,6 +53,9 @@ class _RayRuntime:
                 if address is None:
                     # Its own short temp dir (socket paths must stay short), removed when it stops.
                     self._temp_dir = str(make_ray_dir())
+                    # Should this process be killed outright, Ray's processes (its GCS server and
+                    # raylet, their agents and the actors) would live on: its reaper ends them.
+                    self._reaper = start_reaper([self._temp_dir])
                 ray.init(
                     address=address,
                     include_dashboard=False,
@@ -75,6 +80,8 @@ class _RayRuntime:
                 if self._temp_dir is not None:
                     _remove_dir_written_by_exiting_processes(self._temp_dir)
                     self._temp_dir = None
+                stop_reaper(self._reaper)
+                self._reaper = None
 
 
 def _ray_processes_started_here() -> list:

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from lit_asyncrl.rollout.temp_dirs import remove_dirs_of
+
 POLL_S = 0.5
 
 
@@ -109,6 +111,9 @@ def watch(trainer_pid: int, paths: list[str]) -> None:
                 os.kill(pid, signal.SIGKILL)
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)
+    # The dirs the killed processes made for themselves (a Ray actor's engine makes its own
+    # weights and run dirs, named after its pid; `temp_dirs.py`).
+    remove_dirs_of(set(recorded))
 
 
 if __name__ == "__main__":

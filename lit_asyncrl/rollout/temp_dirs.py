@@ -90,11 +90,20 @@ def make_ray_dir() -> Path:
 
 def remove_dirs_of_dead_owners() -> None:
     """Run, weights and Ray dirs whose owner process is gone (killed before it could clean up)."""
+    _remove_dirs_whose_owner(lambda owner: not Path(f"/proc/{owner}").exists())
+
+
+def remove_dirs_of(owners: set[int]) -> None:
+    """Run, weights and Ray dirs made by the processes `owners` (killed by a reaper)."""
+    _remove_dirs_whose_owner(lambda owner: owner in owners)
+
+
+def _remove_dirs_whose_owner(condition) -> None:
     for root in {_root(), _ORIGINAL_TEMP_DIR}:
         for prefix in (WEIGHTS_DIR_PREFIX, RUN_DIR_PREFIX, RAY_DIR_PREFIX):
             for path in Path(root).glob(f"{prefix}*_*"):
                 owner = path.name.removeprefix(prefix).split("_", 1)[0]
-                if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                if owner.isdigit() and condition(int(owner)):
                     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -1,12 +1,15 @@
 """Scale-out on the real parts: two vLLM engines, and two DDP training processes (gloo) on them."""
 
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydra, small_run_from
+from tests.integration.runs import REPO, SMALL_RUN, read_all_rows, read_rows, run_hydra, small_run_from
 from tests.integration.test_reference_runs import STALE_RUN
 from tests.integration.warm_policies import warm_started_policy
 
@@ -276,22 +279,32 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
 
 
 @one_ray_test_at_a_time
-def test_the_ray_engine_keeps_the_engine_protocol(tiny_model_path):
-    # The checks the local engine passes (`test_engine_versions.py`), on an engine in a Ray actor.
+def test_the_ray_engine_keeps_the_engine_protocol_and_a_killed_trainer_leaves_no_ray_behind():
+    # The checks the local engine passes (`test_engine_versions.py`), on an engine in a Ray actor,
+    # in a process that is then SIGKILLed with the engine and the Ray instance it started still up:
+    # its reapers end Ray's processes and the actor's engine and remove their dirs (a clean end of
+    # Ray is checked after the runs above).
     pytest.importorskip("ray")
-    from transformers import AutoModelForCausalLM
+    from tests.integration.ray_contract_run import KEPT
+    from tests.leftovers import left_behind, listing
 
-    from lit_asyncrl.rollout.engine_config import EngineConfig
-    from lit_asyncrl.rollout.ray_engine import RayEngine
-    from lit_asyncrl.rollout.ray_placement import RayPlacement
-    from tests.integration.conftest import SMALL_KV_CACHE_BYTES
-    from tests.integration.engine_contract import check_engine_contract
-
-    engine = RayEngine(tiny_model_path, EngineConfig(max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES), RayPlacement(num_cpus=0.5))
+    before = listing()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.ray_contract_run"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
-        engine.start()
-        weights = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).state_dict()
-        check_engine_contract(engine, weights)
+        output = []
+        for line in process.stdout:  # ends when the process does (a failed check)
+            output.append(line)
+            if KEPT in line:
+                break
+        assert KEPT in "".join(output), "".join(output)[-4000:]
+        assert ray_processes() != []
     finally:
-        engine.shutdown()
+        process.kill()
+        process.wait(timeout=10)
+    deadline = time.monotonic() + 30
+    while (ray_processes() or left_behind(before)) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert ray_processes() == []
+    assert left_behind(before) == []

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from lit_asyncrl.rollout import temp_dirs
-from lit_asyncrl.rollout.temp_dirs import RUN_DIR_PREFIX, WEIGHTS_DIR_PREFIX, remove_dirs_of_dead_owners
+from lit_asyncrl.rollout.temp_dirs import RUN_DIR_PREFIX, WEIGHTS_DIR_PREFIX, remove_dirs_of, remove_dirs_of_dead_owners
 
 
 def dead_pid() -> int:
@@ -28,6 +28,21 @@ def test_only_the_dirs_of_dead_owners_are_removed(tmp_path, monkeypatch):
         (path / "model.safetensors").write_bytes(b"x")
     remove_dirs_of_dead_owners()
     assert [path.exists() for path in (*dead, *live, unrelated)] == [False, False, True, True, True]
+
+
+def test_only_the_dirs_of_the_named_owners_are_removed(tmp_path, monkeypatch):
+    # What a reaper does for the processes it killed: their own dirs go, anyone else's stay.
+    monkeypatch.setattr(temp_dirs, "_root", lambda: str(tmp_path))
+    killed, other = 4_000_001, 4_000_002
+    paths = [
+        tmp_path / f"{WEIGHTS_DIR_PREFIX}{killed}_a",
+        tmp_path / f"{RUN_DIR_PREFIX}{killed}_b",
+        tmp_path / f"{WEIGHTS_DIR_PREFIX}{other}_c",
+    ]
+    for path in paths:
+        path.mkdir()
+    remove_dirs_of({killed})
+    assert [path.exists() for path in paths] == [False, False, True]
 
 
 def test_the_reaper_kills_what_a_killed_trainer_started_and_removes_its_paths(tmp_path):
