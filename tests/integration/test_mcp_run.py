@@ -51,9 +51,10 @@ def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
 
 @STOPPED_FROM_OUTSIDE
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_run_ended_by_a_signal_leaves_no_mcp_server(tmp_path, signum):
+def test_a_run_ended_by_a_signal_leaves_no_engine_no_mcp_server_and_no_temp_dir(tmp_path, signum):
     # SIGTERM: the run's own clean-up closes the task, which stops the server. SIGKILL: nothing in
-    # the trainer runs; its reaper kills what it started, the server with the rest.
+    # the trainer runs; the reapers it started kill the engine's processes (which vLLM would leave
+    # running, re-parented to init) and the server, and remove the engine's dirs.
     run, _ = mcp_run(tmp_path, ["trainer.max_steps=500", "checkpoint_every=1"])
     run.wait_for_training()
     os.kill(run.process.pid, signum)
@@ -61,4 +62,6 @@ def test_a_run_ended_by_a_signal_leaves_no_mcp_server(tmp_path, signum):
         run.assert_stops(time.monotonic(), code=143)
     else:
         run.process.wait(timeout=10)
+        started = time.monotonic()
         run.assert_nothing_left()
+        assert time.monotonic() - started < 30  # processes and dirs within 10 s; the tracker's unlinks may take longer
