@@ -4,6 +4,7 @@ every task family (built-in, gem, reasoning-gym), and a checkpoint can be evalua
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,47 +49,50 @@ def test_sixteen_episodes_with_half_a_second_of_latency_overlap(tiny_model_path)
     assert batch_s <= 1.5 * float(durations.max()), (batch_s, durations.tolist())
 
 
-def run_with_validation(run_dir, env_overrides: list[str]) -> None:
-    run_hydra([*env_overrides, *SMALL_RUN, *VALIDATION, "rollout.max_model_len=1024", f"hydra.run.dir={run_dir}"])
-
-
-def assert_held_out_validation_logged(run_dir) -> None:
-    rows = val_rows(run_dir)
-    # once before the first RL step (after the warm start) and after steps 2 and 4
-    assert [int(row["step"]) for row in rows] == [0, 1, 3]
-    for row in rows:
-        assert 0.0 <= row["val/avg@4"] <= row["val/pass@4"] <= 1.0  # pass@k >= avg@k always
-        assert 0.0 <= row["val/greedy_success"] <= 1.0
-    assert (run_dir / "training_curves.png").exists()
+#: Configs of the tests' own (a task that only sets another task's keys), on Hydra's search path.
+TEST_CONFIGS = Path(__file__).parent / "conf"
+#: One held-out validation run per task family: built-in, gem and reasoning-gym.
+VALIDATED_TASKS = ["service_desk", "gem_guess_the_number", "reasoning_gym"]
 
 
 @pytest.fixture(scope="module")
-def service_desk_run(tmp_path_factory):
-    """One short service-desk run with held-out validation; its last.ckpt is evaluated on its own below."""
-    run_dir = tmp_path_factory.mktemp("service_desk")
-    run_with_validation(run_dir, ["env=service_desk"])
-    return run_dir
+def validation_sweep(tmp_path_factory) -> dict[str, Path]:
+    """One Hydra multirun of a short run with held-out validation per task family (one process, so
+    a task costs its engine and its steps, not a process start): {task: job dir}. The service
+    desk's last.ckpt is evaluated on its own below."""
+    sweep_dir = tmp_path_factory.mktemp("validation_sweep")
+    run_hydra(
+        [
+            "-m",
+            f"env={','.join(VALIDATED_TASKS)}",
+            f"hydra.searchpath=[file://{TEST_CONFIGS}]",
+            *SMALL_RUN,
+            *VALIDATION,
+            "rollout.max_model_len=1024",
+            f"hydra.sweep.dir={sweep_dir}",
+            # Named by the task alone: all the overrides above make a name longer than a file's may be.
+            "hydra.sweep.subdir=${hydra.job.num}_${hydra:runtime.choices.env}",
+        ],
+        timeout_s=900,
+    )
+    return {task: sweep_dir / f"{job}_{task}" for job, task in enumerate(VALIDATED_TASKS)}
 
 
-def test_a_short_service_desk_run_logs_held_out_validation(service_desk_run):
-    assert_held_out_validation_logged(service_desk_run)
+def test_a_short_run_of_each_task_family_logs_held_out_validation(validation_sweep, subtests):
+    # One subtest per task family, each reported on its own.
+    for task, run_dir in validation_sweep.items():
+        with subtests.test(task=task):
+            rows = val_rows(run_dir)
+            # once before the first RL step (after the warm start) and after steps 2 and 4
+            assert [int(row["step"]) for row in rows] == [0, 1, 3]
+            for row in rows:
+                assert 0.0 <= row["val/avg@4"] <= row["val/pass@4"] <= 1.0  # pass@k >= avg@k always
+                assert 0.0 <= row["val/greedy_success"] <= 1.0
+            assert (run_dir / "training_curves.png").exists()
 
 
-@pytest.mark.parametrize(
-    "env_overrides",
-    [
-        ["env=gem", "env.env_id=game:GuessTheNumber-v0-easy", "env.instructions=compact"],
-        ["env=reasoning_gym", "env.task=basic_arithmetic"],
-    ],
-    ids=["gem", "reasoning_gym"],
-)
-def test_a_short_run_logs_held_out_validation(tmp_path, env_overrides):
-    run_with_validation(tmp_path, env_overrides)
-    assert_held_out_validation_logged(tmp_path)
-
-
-def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(service_desk_run, tmp_path):
-    checkpoint = service_desk_run / "checkpoints" / "last.ckpt"
+def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(validation_sweep, tmp_path):
+    checkpoint = validation_sweep["service_desk"] / "checkpoints" / "last.ckpt"
     assert checkpoint.exists()
     run_hydra(
         [
