@@ -14,6 +14,9 @@ import hydra
 from omegaconf import DictConfig
 
 from lit_asyncrl.config_dir import config_dir
+from lit_asyncrl.sweep_dirs import register_resolver
+
+register_resolver()  # conf/train.yaml names sweep jobs' folders with it
 
 
 class RunOutcome(NamedTuple):
