@@ -164,6 +164,7 @@ class VLLMEngine(EngineLoop):
             return "its engine-core process died or its output handler stopped"
         stalled_s = self.stalled_for()
         if stalled_s > self.config.stall_timeout_s:
+            self._stopped_answering = True
             return (
                 f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
                 f"(stall timeout {self.config.stall_timeout_s:g} s, {config_key('rollout.engine_stall_timeout_s')})"
@@ -187,7 +188,9 @@ class VLLMEngine(EngineLoop):
         if handler is not None:
             handler.cancel()
             await asyncio.gather(handler, return_exceptions=True)
-        llm.shutdown()
+        # vLLM asks its engine core to stop and waits up to 5 s before killing it; one that stopped
+        # answering will not stop on request, so it is killed at once (timeout 0).
+        llm.shutdown(timeout=0 if self._stopped_answering else None)
         # Tasks still on this loop (cancelled episodes) end here, not in a __del__ at exit.
         pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
         for task in pending:

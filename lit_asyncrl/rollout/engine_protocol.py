@@ -96,6 +96,8 @@ class EngineLoop:
     when it starts) and `run` onto that loop, watched by the implementation's `dead_reason`."""
 
     _loop: asyncio.AbstractEventLoop | None = None
+    #: Set once a call found the engine dead or not answering: its shutdown need not wait on it.
+    _stopped_answering: bool = False
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -105,7 +107,11 @@ class EngineLoop:
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout_s: float | None = None, stalled: str | None = None) -> T:
         """Run a coroutine on the engine loop from another thread and wait for it (`run_watched`)."""
-        return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
+        try:
+            return run_watched(self.loop, coroutine, self.dead_reason, timeout_s, stalled)
+        except EngineDeadError:
+            self._stopped_answering = True
+            raise
 
     def dead_reason(self) -> str | None:
         raise NotImplementedError
