@@ -12,10 +12,11 @@ in the child.
 What a spawned engine core takes from its environment as it starts, a forked one already has from
 the parent: `settle_forked_engine_core` makes the child's state match the environment the engine
 config asked for (one torch thread, no torch.compile, the run's temp dir, and the quiet console of
-an ERROR log level); it also keeps the garbage collector off the copy of the parent's heap. A forked child also holds a copy of every file descriptor of the parent, among
-them the pipe through which another thread's `subprocess.Popen` learns that its child has exec'd:
-that `Popen` waits until every copy of the pipe's write end is closed, so it would wait as long as
-the engine core lives (seen: a customer's engine starting its reaper while the policy's engine
+an ERROR log level); it also keeps the garbage collector off the copy of the parent's heap. A
+forked child also holds a copy of every file descriptor of the parent, among them the pipe through
+which another thread's `subprocess.Popen` learns that its child has exec'd: that `Popen` waits
+until every copy of the pipe's write end is closed, so it would wait as long as the engine core
+lives (seen: a customer's engine starting its reaper while the policy's engine
 core was being forked). The child points every pipe it holds both ends of (one the parent was
 using itself, never its own link to its parent) at /dev/null. vLLM's plugins already ran in the
 parent, so it also arms the engine core's unnamed locks (`engine_core_semaphores.py`); the fast

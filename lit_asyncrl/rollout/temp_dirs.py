@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 WEIGHTS_DIR_PREFIX = "lit_asyncrl_weights_"
@@ -98,7 +99,7 @@ def remove_dirs_of(owners: set[int]) -> None:
     _remove_dirs_whose_owner(lambda owner: owner in owners)
 
 
-def _remove_dirs_whose_owner(condition) -> None:
+def _remove_dirs_whose_owner(condition: Callable[[int], bool]) -> None:
     for root in {_root(), _ORIGINAL_TEMP_DIR}:
         for prefix in (WEIGHTS_DIR_PREFIX, RUN_DIR_PREFIX, RAY_DIR_PREFIX):
             for path in Path(root).glob(f"{prefix}*_*"):
