@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_entry_points")]
 @pytest.fixture(scope="module")
 def hydra_run(tmp_path_factory):
     """A 5-step Hydra run with a periodic checkpoint every 2 steps: (run dir, its console output).
-    The resume test below continues it."""
+    (Resuming a run: `test_resume.py`.)"""
     run_dir = tmp_path_factory.mktemp("hydra_run")
     result = run_hydra(["trainer.max_steps=5", "checkpoint_every=2", f"hydra.run.dir={run_dir}", *SMALL_RUN])
     return run_dir, result.stdout + result.stderr
@@ -35,6 +35,8 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]
     assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
     assert (run_dir / "training_curves.png").stat().st_size > 10_000
+    # The latest periodic checkpoint (every 2 steps, older ones replaced) and the final state in last.ckpt.
+    assert sorted(path.name for path in (run_dir / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=4.ckpt"]
     for row in rows:
         assert 0.0 <= row["train/task_success"] <= 1.0
         # Nothing is lost: every episode produced is trained, dropped with a reason, or pending.
@@ -104,11 +106,14 @@ def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
     assert_no_console_warts(result.stdout + result.stderr)
 
 
-def test_hydra_multirun_over_two_losses_in_sync_mode_trains_on_policy(tmp_path):
-    # One sweep, two properties: both jobs of a two-loss sweep run, and sync mode trains on policy.
+def test_hydra_multirun_over_two_losses_side_by_side_in_sync_mode_trains_on_policy(tmp_path):
+    # One sweep, three properties: both jobs of a two-loss sweep run, side by side under the
+    # parallel launcher, and sync mode trains on policy.
     run_hydra(
         [
             "-m",
+            "hydra/launcher=parallel",
+            "hydra.launcher.n_jobs=2",
             "loss=ppo_clip_train_infer,decoupled_ppo",
             "reference=async_recompute",
             "rollout=sync",
@@ -118,28 +123,15 @@ def test_hydra_multirun_over_two_losses_in_sync_mode_trains_on_policy(tmp_path):
         ],
         timeout_s=900,
     )
-    csv_paths = sorted(tmp_path.glob("*/metrics.csv"))
-    assert len(csv_paths) == 2
-    for path in csv_paths:
-        rows = read_rows(path)
+    jobs = sorted(tmp_path.glob("[01]_*"))
+    assert len(jobs) == 2
+    for job in jobs:
+        rows = read_rows(job / "metrics.csv")
         assert len(rows) == 4
         # Every token of every batch was sampled by the weights being trained: no staleness at all.
         assert all(row["train/version_gap_max"] == 0 for row in rows)
         assert all(abs(row["train/ratio_max"] - 1) < 1e-3 for row in rows)
-
-
-def test_resume_labels_rollouts_with_the_restored_version(hydra_run, tmp_path):
-    first, _ = hydra_run
-    second = tmp_path / "second"
-    # A periodic checkpoint (every 2 steps, the latest kept) and the final state in last.ckpt.
-    assert sorted(path.name for path in (first / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=4.ckpt"]
-    checkpoint = first / "checkpoints" / "last.ckpt"
-    # Quoted: the checkpoint's file name contains '='.
-    run_hydra(["trainer.max_steps=7", f"ckpt_path='{checkpoint}'", f"hydra.run.dir={second}", *SMALL_RUN])
-    rows = read_rows(second / "metrics.csv")
-    assert [row["step"] for row in rows] == [5, 6]
-    assert not (second / "warm_start").exists()  # no second warm start on resume
-    # The engine starts from the restored weights labelled version 5, never version 0: the first
-    # resumed batch is on-policy (gap 0) and pi_theta / mu is 1 up to noise.
-    assert rows[0]["train/version_gap_max"] == 0
-    assert abs(rows[0]["train/ratio_max"] - 1) < 1e-3 and abs(rows[0]["train/ratio_min"] - 1) < 1e-3
+    # Side by side: each job started (wrote its hparams) before the other one finished.
+    started = [(job / "hparams.yaml").stat().st_mtime for job in jobs]
+    finished = [(job / "summary.json").stat().st_mtime for job in jobs]
+    assert started[0] < finished[1] and started[1] < finished[0]

@@ -57,6 +57,7 @@ def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path)
     )
     rows = read_rows(second / "metrics.csv")
     assert [row["step"] for row in rows] == [3, 4, 5]  # the version continues from the checkpoint
+    assert not (second / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
     # The engine served the checkpoint's weights as version 3 before any rollout: on-policy first batch.
     assert rows[0]["train/version_gap_max"] == 0
     assert abs(rows[0]["train/ratio_max"] - 1) < 1e-3 and abs(rows[0]["train/ratio_min"] - 1) < 1e-3

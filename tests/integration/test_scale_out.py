@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.runs import REPO, SMALL_RUN, read_all_rows, read_rows, run_hydra, small_run_from
+from tests.integration.runs import REPO, SMALL_RUN, read_all_rows, run_hydra, small_run_from
 from tests.integration.test_reference_runs import STALE_RUN
 from tests.integration.warm_policies import warm_started_policy
 
@@ -54,9 +54,10 @@ RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 @one_ray_test_at_a_time
 def test_two_ddp_processes_on_two_ray_engines_train_a_task_mixture_each_group_once(tmp_path, warm_policy_root):
     # One run for what DDP promises (whole groups, each trained once across the ranks, one
-    # accounting, equal EWMA averages), with the engines as Ray actors, and for what a mixture of
-    # tasks promises: training success per task over both ranks' shards, held-out validation and
-    # accounting per task. Two local engines under DDP run in the exact-routes test below.
+    # accounting, equal EWMA averages), with the engines as Ray actors, for what a mixture of
+    # tasks promises (training success per task over both ranks' shards, held-out validation and
+    # accounting per task), and for the desk with a customer, one of its tasks, solved by asking.
+    # Two local engines under DDP run in the exact-routes test below.
     pytest.importorskip("ray")
     policy = warm_started_policy(warm_policy_root, "task_mix", steps=120)
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
@@ -97,6 +98,7 @@ def test_two_ddp_processes_on_two_ray_engines_train_a_task_mixture_each_group_on
     assert_both_engines_generated(rows, steps=STEPS)
     assert_task_success_is_over_both_ranks(ranks, rows)
     assert_each_task_is_validated_and_counted_on_its_own(rows, train_rows[-1])
+    assert_the_desk_with_a_customer_is_solved_by_asking(rows)
     assert (tmp_path / "run" / "summary.json").exists()  # written once, by rank 0
     # The Ray instance the run started is gone with it, its temp dir too.
     assert ray_processes() == []
@@ -121,6 +123,15 @@ def assert_each_task_is_validated_and_counted_on_its_own(rows: list[dict], last:
     assert last["rollout/env_failures"] == 0
     for outcome in ("produced", "trained", "dropped_stale"):
         assert sum(last.get(f"rollout/{task}/{outcome}", 0.0) for task in TASKS) == last[f"rollout/{outcome}"], outcome
+
+
+def assert_the_desk_with_a_customer_is_solved_by_asking(rows: list[dict]) -> None:
+    """The customer holds the order id, so only an agent that asks for it (`ask id`) can solve a
+    request: after 120 warm-start steps on the mixture's demonstrations it does (measured:
+    0.42-1.0 per step, 0.67 mean over the four steps that drew the task; the bound is the one the
+    desk-with-a-customer run had, where 0.27 was measured)."""
+    successes = [row["train/desk_customer/task_success"] for row in rows if "train/desk_customer/task_success" in row]
+    assert successes and sum(successes) / len(successes) > 0.05, successes
 
 
 def assert_task_success_is_over_both_ranks(ranks: list[dict], rows: list[dict]) -> None:
@@ -157,48 +168,6 @@ def load_probes_and_check_each_group_trained_once(probe_dir: Path) -> list[dict]
     assert counts["trained"] == trained_on_ranks == STEPS * GROUPS_PER_BATCH * GROUP_SIZE
     assert counts["produced"] == counts["trained"] + counts["dropped"] + counts["pending"]
     return ranks
-
-
-def test_the_parallel_launcher_runs_sweep_jobs_side_by_side(tmp_path):
-    run_hydra(
-        [
-            "-m",
-            "hydra/launcher=parallel",
-            "hydra.launcher.n_jobs=2",
-            "seed=0,1",
-            *SMALL_RUN,
-            "trainer.max_steps=3",
-            "rollout.eval_instances=2",
-            "rollout.eval_samples=4",
-            f"hydra.sweep.dir={tmp_path}",
-        ]
-    )
-    jobs = sorted(tmp_path.glob("[01]_*"))
-    assert len(jobs) == 2
-    for job in jobs:
-        assert len(read_rows(job / "metrics.csv")) == 3
-    # Side by side: each job started (wrote its hparams) before the other one finished.
-    started = [(job / "hparams.yaml").stat().st_mtime for job in jobs]
-    finished = [(job / "summary.json").stat().st_mtime for job in jobs]
-    assert started[0] < finished[1] and started[1] < finished[0]
-
-
-@one_ray_test_at_a_time
-def test_the_dedicated_old_logit_worker_as_a_ray_actor_gives_exact_old_logprobs(tmp_path):
-    pytest.importorskip("ray")
-    # The actor's engine gets each version over vLLM's weight-transfer API (gloo), driven through
-    # vLLM's Ray client: pi_old from the worker matches mu only if those weights arrived exactly.
-    run_hydra(["experiment=dedicated", *RAY, "rollout.weight_transfer=gloo", f"hydra.run.dir={tmp_path}", *STALE_RUN])
-    rows = read_rows(tmp_path / "metrics.csv")
-    assert len(rows) == 8
-    assert max(row["train/version_gap_max"] for row in rows) >= 1
-    for row in rows:
-        # Every policy token arrives with pi_old of its own version from the actor: r_d == 1.
-        assert row["train/nonfinite_tokens"] == 0
-        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
-        assert_accounting_holds(row)
-    assert rows[-1]["dedicated/scored_tokens"] > 0
-    assert ray_processes() == []
 
 
 def test_two_fsdp2_processes_shard_the_policy_and_push_exact_weights_to_two_engines(tmp_path):
@@ -279,11 +248,13 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
 
 
 @one_ray_test_at_a_time
-def test_the_ray_engine_keeps_the_engine_protocol_and_a_killed_trainer_leaves_no_ray_behind():
-    # The checks the local engine passes (`test_engine_versions.py`), on an engine in a Ray actor,
-    # in a process that is then SIGKILLed with the engine and the Ray instance it started still up:
-    # its reapers end Ray's processes and the actor's engine and remove their dirs (a clean end of
-    # Ray is checked after the runs above).
+def test_the_ray_actors_keep_their_promises_and_a_killed_trainer_leaves_no_ray_behind():
+    # In a process then SIGKILLed with the actors and the Ray instance it started still up: the
+    # engine in a Ray actor passes the local engine's checks (`test_engine_versions.py`) with its
+    # weights pushed over vLLM's weight-transfer API (gloo, through vLLM's Ray client), and the
+    # dedicated old-logit worker in a Ray actor gives pi_old equal to the engine's mu, which holds
+    # only if both got every tensor exactly. Then its reapers end Ray's processes and the actors'
+    # engine and remove their dirs (a clean end of Ray is checked after the DDP run above).
     pytest.importorskip("ray")
     from tests.integration.ray_contract_run import KEPT
     from tests.leftovers import left_behind, listing
