@@ -198,13 +198,19 @@ def test_sparse_environment_failures_are_dropped_and_counted_and_failing_too_oft
 
 @STOPPED_FROM_OUTSIDE
 @pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
-def test_a_signal_while_the_trainer_waits_for_a_batch_exits_and_cleans_up(tmp_path, signum, expected_code):
-    # Every environment answer takes 2 s: the trainer is waiting for its first batch when the signal
-    # comes (no held-out evaluation before training, so the wait for the batch is what is interrupted).
-    run = Run(["env.latency_s=2.0", "trainer.max_steps=5", "trainer.num_sanity_val_steps=0"], tmp_path)
+def test_a_signal_while_ddp_ranks_wait_for_a_batch_stops_both_ranks_and_cleans_up(tmp_path, signum, expected_code):
+    # Two training processes (rank 1 started by Lightning from the same command line), the engine
+    # on rank 0. Every environment answer takes 2 s: the ranks are waiting for their first batch
+    # when the signal comes (no held-out evaluation before training, so the wait for the batch is
+    # what is interrupted). SIGTERM or Ctrl-C to the command the user started ends both ranks and
+    # the engine.
+    ddp = ["trainer.devices=2", "trainer.strategy=ddp"]
+    run = Run(["env.latency_s=2.0", "trainer.max_steps=5", "trainer.num_sanity_val_steps=0", *ddp], tmp_path)
     run.wait_for(run.weights_pushed, "the service start")
     time.sleep(2)  # the producer is generating, the trainer blocks in next_batch
     assert not (tmp_path / "metrics.csv").exists()
+    ranks = [pid for pid in run.track() if b"lit_asyncrl.train" in _cmdline(pid)]
+    assert len(ranks) == 1, "Lightning did not start rank 1"
     run.process.send_signal(signum)
     code, output, seconds = run.finish()
     assert code == expected_code, output[-3000:]
@@ -232,19 +238,6 @@ def test_sigterm_between_training_steps_with_a_customer_on_its_own_engine_ends_b
     assert len([pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]) == 2
     run.process.send_signal(signal.SIGTERM)
     run.assert_stops(time.monotonic(), code=143)
-
-
-@STOPPED_FROM_OUTSIDE
-@pytest.mark.parametrize(("signum", "expected_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 1)])
-def test_a_signal_between_ddp_training_steps_stops_both_ranks_and_cleans_up(tmp_path, signum, expected_code):
-    # Two training processes (rank 1 started by Lightning from the same command line), the engines
-    # on rank 0: SIGTERM or Ctrl-C to the command the user started ends both ranks and the engines.
-    run = Run(["trainer.max_steps=500", "checkpoint_every=1", "trainer.devices=2", "trainer.strategy=ddp"], tmp_path)
-    run.wait_for_training()
-    ranks = [pid for pid in run.track() if b"lit_asyncrl.train" in _cmdline(pid)]
-    assert len(ranks) == 1, "Lightning did not start rank 1"
-    run.process.send_signal(signum)
-    run.assert_stops(time.monotonic(), code=expected_code)
 
 
 @FAILING_FROM_INSIDE
