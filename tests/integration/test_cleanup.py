@@ -228,18 +228,6 @@ def test_sigterm_while_the_engine_starts_exits_and_cleans_up(tmp_path):
     run.assert_stops(time.monotonic(), code=143)
 
 
-@STOPPED_FROM_OUTSIDE
-def test_sigterm_between_training_steps_with_a_customer_on_its_own_engine_ends_both_engines(tmp_path):
-    # SIGTERM between training steps (a SIGTERM during a run of the MCP task: `test_mcp_run.py`).
-    # The desk's customer is a model on a second engine (the tiny one, to be quick): it goes too.
-    user = ["experiment=service_desk_llm_user", "env.user.model=tiny", "env.user.max_reply_tokens=4", "rollout.max_model_len=256"]
-    run = Run([*user, "model.warm_start_steps=5", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for_training()
-    assert len([pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]) == 2
-    run.process.send_signal(signal.SIGTERM)
-    run.assert_stops(time.monotonic(), code=143)
-
-
 @FAILING_FROM_INSIDE
 def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path):
     run = Run(["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)

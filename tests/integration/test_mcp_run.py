@@ -1,5 +1,5 @@
 """A few training steps against an MCP server's tools on the real engine: the server counts the calls
-it served, and the run leaves nothing behind (no server, no file)."""
+it served, and the run leaves nothing behind (no server, no file), however it ends."""
 
 from __future__ import annotations
 
@@ -17,20 +17,38 @@ from tests.integration.test_cleanup import FAILING_FROM_INSIDE, STOPPED_FROM_OUT
 pytestmark = pytest.mark.engine
 
 
-def mcp_run(tmp_path: Path, overrides: list[str]) -> tuple[Run, Path]:
-    """A Hydra run of the MCP addition task (`mcp_task.py`), once its server is up; and the server's count file."""
+#: The desk with a customer played by a model (the tiny one, to be quick) on an engine of its own.
+DESK_WITH_A_MODEL_CUSTOMER = """\
+_target_: lit_asyncrl.envs.ServiceDeskEnv
+max_turns: 5
+user:
+  _target_: lit_asyncrl.envs.LLMUser
+  model: tiny
+  max_reply_tokens: 4
+  temperature: 0.7
+  kv_cache_gib: 0.25
+"""
+
+
+def mcp_run(tmp_path: Path, overrides: list[str], with_customer: bool = False) -> tuple[Run, Path]:
+    """A Hydra run of the MCP addition task (`mcp_task.py`), once its server is up; and the server's
+    count file. `with_customer`: a mixture of that task and the desk whose customer is a model."""
     count_file, config_dir = tmp_path / "served", tmp_path / "conf" / "env"
     config_dir.mkdir(parents=True)
-    (config_dir / "mcp_addition.yaml").write_text(
-        f"_target_: tests.integration.mcp_task.McpAdditionTask\ncount_file: {count_file}\ntool_parser: ${{model.tool_parser}}\n"
-    )
-    run = Run(
-        ["env=mcp_addition", f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "trainer.num_sanity_val_steps=0", *overrides],
-        tmp_path / "run",
-    )
+    addition = f"_target_: tests.integration.mcp_task.McpAdditionTask\ncount_file: {count_file}\ntool_parser: ${{model.tool_parser}}\n"
+    (config_dir / "mcp_addition.yaml").write_text(addition)
+    mixture = ["_target_: lit_asyncrl.envs.TaskMix", "tasks:", "  mcp_addition:", *indented(addition, 4)]
+    mixture += ["  desk_customer:", *indented(DESK_WITH_A_MODEL_CUSTOMER, 4)]
+    (config_dir / "mcp_and_customer.yaml").write_text("\n".join(mixture) + "\n")
+    env = "env=mcp_and_customer" if with_customer else "env=mcp_addition"
+    run = Run([env, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "trainer.num_sanity_val_steps=0", *overrides], tmp_path / "run")
     # Seen while it runs, so that the checks know the processes the run must not leave.
     run.wait_for(lambda: any(b"tests.integration.mcp_server" in _cmdline(pid) for pid in run.track()), "the MCP server", 300)
     return run, count_file
+
+
+def indented(text: str, spaces: int) -> list[str]:
+    return [" " * spaces + line for line in text.splitlines()]
 
 
 @FAILING_FROM_INSIDE  # the group of runs that end on their own, of about equal length
@@ -50,18 +68,24 @@ def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
 
 
 @STOPPED_FROM_OUTSIDE
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
-def test_a_run_ended_by_a_signal_leaves_no_engine_no_mcp_server_and_no_temp_dir(tmp_path, signum):
-    # SIGTERM: the run's own clean-up closes the task, which stops the server. SIGKILL: nothing in
-    # the trainer runs; the reapers it started kill the engine's processes (which vLLM would leave
-    # running, re-parented to init) and the server, and remove the engine's dirs.
+def test_sigterm_between_training_steps_ends_the_customers_engine_and_the_mcp_server(tmp_path):
+    # A mixture of the MCP task and the desk whose customer is a model on a second engine: SIGTERM
+    # between training steps, and the run's own clean-up stops both engines and the server.
+    run, _ = mcp_run(tmp_path, ["trainer.max_steps=500", "checkpoint_every=1", "rollout.max_model_len=512"], with_customer=True)
+    run.wait_for_training()
+    assert len([pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]) == 2  # the policy's and the customer's
+    run.process.send_signal(signal.SIGTERM)
+    run.assert_stops(time.monotonic(), code=143)
+
+
+@STOPPED_FROM_OUTSIDE
+def test_a_sigkilled_run_leaves_no_engine_no_mcp_server_and_no_temp_dir(tmp_path):
+    # Nothing in the trainer runs; the reapers it started kill the engine's processes (which vLLM
+    # would leave running, re-parented to init) and the server, and remove the engine's dirs.
     run, _ = mcp_run(tmp_path, ["trainer.max_steps=500", "checkpoint_every=1"])
     run.wait_for_training()
-    os.kill(run.process.pid, signum)
-    if signum == signal.SIGTERM:
-        run.assert_stops(time.monotonic(), code=143)
-    else:
-        run.process.wait(timeout=10)
-        started = time.monotonic()
-        run.assert_nothing_left()
-        assert time.monotonic() - started < 30  # processes and dirs within 10 s; the tracker's unlinks may take longer
+    os.kill(run.process.pid, signal.SIGKILL)
+    run.process.wait(timeout=10)
+    started = time.monotonic()
+    run.assert_nothing_left()
+    assert time.monotonic() - started < 30  # processes and dirs within 10 s; the tracker's unlinks may take longer
