@@ -32,6 +32,9 @@ def run(cfg: DictConfig) -> RunOutcome:
     way out (success, exception, Ctrl-C, SIGTERM), the rollout service is closed before this returns.
     Messages name settings by their keys here (`rollout.max_model_len`).
     """
+    from lit_asyncrl.model_path import check_model_path
+
+    check_model_path(cfg.model.get("path"))  # a wrong path named at once, before Lightning's imports
     import lightning as L
 
     from lit_asyncrl.before_fit import launch_and_warm_start

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from lit_asyncrl.model_path import check_model_path
 from lit_asyncrl.models.smollm2 import build_smollm2_135m
 from lit_asyncrl.models.tiny import TinyPolicyConfig, build_tiny_policy
-
-# "owner/name" as the Hugging Face hub spells repository ids: one slash, no leading "/", "." or "~".
-HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def resolve_model_path(path: str | None, tiny: TinyPolicyConfig = TinyPolicyConfig()) -> Path | str:
@@ -29,13 +26,6 @@ def resolve_model_path(path: str | None, tiny: TinyPolicyConfig = TinyPolicyConf
         return build_tiny_policy(tiny)
     if path == "smollm2_135m":
         return build_smollm2_135m()
+    check_model_path(path)
     folder = Path(path).expanduser()
-    if (folder / "config.json").is_file():
-        return folder
-    if not folder.exists() and HUB_ID.fullmatch(path):
-        return path
-    raise ValueError(
-        f"model.path={path!r} is not a local Hugging Face model folder (no config.json there); "
-        "set model.path (Lightning CLI: --model.model_path) to such a folder, to a hub id owner/name "
-        "(downloaded when online), to smollm2_135m, or to null for the built-in tiny policy"
-    )
+    return folder if (folder / "config.json").is_file() else path
