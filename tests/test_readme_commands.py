@@ -46,7 +46,7 @@ def readme_commands() -> list[list[str]]:
         choices = [token.split("=", 1) for token in arguments]
         # A sweep: key=a,b (outside brackets) is one job per value.
         expanded = [[f"{key}={value}" for value in _sweep_values(values)] for key, values in choices]
-        commands += [list(job) for job in itertools.product(*expanded)]
+        commands += [list(job) for job in itertools.product(*expanded) if list(job) not in commands]  # once each
     return commands
 
 
