@@ -3,6 +3,7 @@
 import sys
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.integration.runs import SMALL_KV_CACHE_GIB, SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
 
@@ -12,10 +13,10 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_entry_points")]
 
 @pytest.fixture(scope="module")
 def hydra_run(tmp_path_factory):
-    """A 5-step Hydra run with a periodic checkpoint every 2 steps: (run dir, its console output).
-    (Resuming a run: `test_resume.py`.)"""
+    """A 5-step Hydra run with a periodic checkpoint every 2 steps and TensorBoard beside the CSV
+    log: (run dir, its console output). (Resuming a run: `test_resume.py`.)"""
     run_dir = tmp_path_factory.mktemp("hydra_run")
-    result = run_hydra(["trainer.max_steps=5", "checkpoint_every=2", f"hydra.run.dir={run_dir}", *SMALL_RUN])
+    result = run_hydra(["trainer.max_steps=5", "checkpoint_every=2", "logger=tensorboard", f"hydra.run.dir={run_dir}", *SMALL_RUN])
     return run_dir, result.stdout + result.stderr
 
 
@@ -35,6 +36,13 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     assert len(warm) == 5 and warm[-1]["warm_start/nll"] < warm[0]["warm_start/nll"]
     assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
     assert (run_dir / "training_curves.png").stat().st_size > 10_000
+    # logger=tensorboard: the same steps and values in TensorBoard's event file as in the CSV log.
+    (events,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    assert [(event.step, event.value) for event in accumulator.Scalars("train/task_success")] == [
+        (int(row["step"]), pytest.approx(row["train/task_success"])) for row in rows
+    ]
     # The latest periodic checkpoint (every 2 steps, older ones replaced) and the final state in last.ckpt.
     assert sorted(path.name for path in (run_dir / "checkpoints").glob("*.ckpt")) == ["last.ckpt", "step=4.ckpt"]
     for row in rows:
@@ -107,8 +115,9 @@ def test_lightning_cli_fit_with_a_chosen_loss_and_reference(tmp_path):
 
 
 def test_hydra_multirun_over_two_losses_side_by_side_in_sync_mode_trains_on_policy(tmp_path):
-    # One sweep, three properties: both jobs of a two-loss sweep run, side by side under the
-    # parallel launcher, and sync mode trains on policy.
+    # One sweep, four properties: both jobs of a two-loss sweep run, side by side under the
+    # parallel launcher, sync mode trains on policy, and logger=wandb writes an offline W&B run
+    # (no network, no account) beside each job's CSV log.
     run_hydra(
         [
             "-m",
@@ -116,6 +125,7 @@ def test_hydra_multirun_over_two_losses_side_by_side_in_sync_mode_trains_on_poli
             "hydra.launcher.n_jobs=2",
             "loss=ppo_clip_train_infer,decoupled_ppo",
             "reference=async_recompute",
+            "logger=wandb",
             "rollout=sync",
             "trainer.max_steps=4",
             f"hydra.sweep.dir={tmp_path}",
@@ -131,6 +141,8 @@ def test_hydra_multirun_over_two_losses_side_by_side_in_sync_mode_trains_on_poli
         # Every token of every batch was sampled by the weights being trained: no staleness at all.
         assert all(row["train/version_gap_max"] == 0 for row in rows)
         assert all(abs(row["train/ratio_max"] - 1) < 1e-3 for row in rows)
+        (wandb_run,) = (job / "wandb").glob("offline-run-*")
+        assert list(wandb_run.glob("run-*.wandb"))  # the run's records, for `wandb sync`
     # Side by side: each job started (wrote its hparams) before the other one finished.
     started = [(job / "hparams.yaml").stat().st_mtime for job in jobs]
     finished = [(job / "summary.json").stat().st_mtime for job in jobs]
