@@ -229,20 +229,12 @@ def test_sigterm_while_the_engine_starts_exits_and_cleans_up(tmp_path):
 
 
 @FAILING_FROM_INSIDE
-def test_a_dead_old_logit_worker_fails_the_run_within_seconds_naming_it(tmp_path):
-    run = Run(["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"], tmp_path)
-    run.wait_for_training()
-    (worker,) = run.worker_pids()
-    os.kill(worker, signal.SIGKILL)
-    run.assert_stops(time.monotonic(), says=f"the dedicated old-logit worker (pid {worker}) exited with code -9")
-
-
-@FAILING_FROM_INSIDE
 def test_an_engine_that_stops_answering_fails_the_run_within_the_stall_timeout(tmp_path):
     # SIGSTOP freezes the engine core: its processes live on, but no token comes. The run reports
-    # it within the configured stall timeout and still leaves no process behind. 20 s: a healthy
-    # engine beside the other test worker's runs on 2 cores went 6 s, and once over 10 s, without output.
-    stall_timeout_s = 20
+    # it within the configured stall timeout and still leaves no process behind. 15 s: a healthy
+    # engine beside the other test worker's runs on 2 cores went 6 s, and once over 10 s, without
+    # output (a false stall could only fail this run before the SIGSTOP, a few seconds of it).
+    stall_timeout_s = 15
     run = Run(["trainer.max_steps=500", f"rollout.engine_stall_timeout_s={stall_timeout_s}"], tmp_path)
     run.wait_for_training()
     (engine_core,) = [pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]

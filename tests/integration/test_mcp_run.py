@@ -67,6 +67,17 @@ def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
     } <= set(rows[-1])
 
 
+@FAILING_FROM_INSIDE
+def test_a_dead_old_logit_worker_fails_an_mcp_run_within_seconds_naming_it_and_the_server_stops(tmp_path):
+    # A run that ends on an exception: the dedicated old-logit worker is killed, the run names it
+    # and stops, and its clean-up stops the MCP server with the engine.
+    run, _ = mcp_run(tmp_path, ["experiment=dedicated", "trainer.max_steps=500", "checkpoint_every=1"])
+    run.wait_for_training()
+    (worker,) = run.worker_pids()
+    os.kill(worker, signal.SIGKILL)
+    run.assert_stops(time.monotonic(), says=f"the dedicated old-logit worker (pid {worker}) exited with code -9")
+
+
 @STOPPED_FROM_OUTSIDE
 def test_sigterm_between_training_steps_ends_the_customers_engine_and_the_mcp_server(tmp_path):
     # A mixture of the MCP task and the desk whose customer is a model on a second engine: SIGTERM
