@@ -13,13 +13,6 @@ SMALL_KV_CACHE_BYTES = int(SMALL_KV_CACHE_GIB * 2**30)
 
 
 @pytest.fixture(scope="session")
-def warm_policy_root(tmp_path_factory, worker_id):
-    """Where this session's warm-started policies are built (`warm_policies.py`): one dir for every xdist worker."""
-    base = tmp_path_factory.getbasetemp()
-    return base if worker_id == "master" else base.parent
-
-
-@pytest.fixture(scope="session")
 def tiny_model_path():
     return resolve_model_path(None)
 

@@ -25,11 +25,6 @@ SMALL_RUN = [
 ]
 
 
-def small_run_from(policy: Path) -> list[str]:
-    """SMALL_RUN started from the policy folder `policy` (already warm-started), with no warm start of its own."""
-    return [*(o for o in SMALL_RUN if not o.startswith("model.warm_start_steps")), f"model.path={policy}", "model.warm_start_steps=0"]
-
-
 def run_command(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     if result.returncode != 0:
