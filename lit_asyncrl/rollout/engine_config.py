@@ -90,6 +90,11 @@ def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
         use_tqdm_on_load=False,
         # mu must be the log-prob of the distribution actually sampled (temperature applied).
         logprobs_mode="processed_logprobs",
+        # No request statistics: nothing here reads them, and each AsyncLLM that keeps them
+        # registers vLLM's Prometheus metrics in the process-wide registry, which two engines
+        # starting at once in one trainer race for (seen: DuplicateTimeseries, an engine that
+        # failed to start in a two-engine run).
+        disable_log_stats=True,
         # The `file` route reloads from disk; every other route is a backend of vLLM's weight-transfer API.
         weight_transfer_config=None if config.weight_transfer == "file" else WeightTransferConfig(backend=config.weight_transfer),
         **parallelism_args(config, device_type),

@@ -100,11 +100,15 @@ def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(validation_swee
             "stage=validate",
             f"ckpt_path={checkpoint}",
             "rollout.eval_instances=4",
+            "logger=wandb",
             SMALL_KV_CACHE,
             f"hydra.run.dir={tmp_path / 'hydra'}",
         ]
     )
     (hydra_row,) = val_rows(tmp_path / "hydra")
+    # logger=wandb: an offline W&B run (no network, no account) beside the CSV log.
+    (wandb_run,) = (tmp_path / "hydra" / "wandb").glob("offline-run-*")
+    assert list(wandb_run.glob("run-*.wandb"))  # the run's records, for `wandb sync`
     import sys
 
     run_command(

@@ -176,10 +176,11 @@ FAULTY_ENV = ["env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv", 
 @FAILING_FROM_INSIDE
 def test_sparse_environment_failures_are_dropped_and_counted_and_failing_too_often_stops_the_run(tmp_path):
     # Every 20th agent turn raises (about one episode in six): those episodes are dropped with the
-    # reason env_error, counted, and training goes on. From turn 401 on every turn raises: each
+    # reason env_error, counted, and training goes on. From turn 411 on every turn raises: each
     # episode is dropped until more than half of the last 16 failed, and the run stops naming the
-    # counts and the tool's own error, leaving nothing behind.
-    overrides = [*FAULTY_ENV, "+env.fail_every=20", "+env.fail_after=400", "rollout.env_failure_window=16", "trainer.max_steps=50"]
+    # counts and the tool's own error, leaving nothing behind. (Not 400: turn 400 is also a 20th
+    # turn, whose hiccup was once the last error the message named.)
+    overrides = [*FAULTY_ENV, "+env.fail_every=20", "+env.fail_after=410", "rollout.env_failure_window=16", "trainer.max_steps=50"]
     run = Run(overrides, tmp_path)
     run.wait_for(run.engine_serving, "engine start")
     code, output, _ = run.finish(timeout_s=300)
