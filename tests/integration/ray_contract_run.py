@@ -7,6 +7,7 @@ engine's tokens exactly; then the process waits to be killed outright, both acto
 """
 
 import asyncio
+import functools
 import math
 import sys
 import time
@@ -52,7 +53,7 @@ def check_dedicated_actor_scores_exactly(
     trajectory.extend_context([1])
     trajectory.extend_policy(turn.token_ids, turn.logprobs, turn.versions)
     worker = DedicatedWorker(
-        model_path, temperature=1.0, top_k=-1, pad_id=0, worker_factory=lambda path, threads: DedicatedWorkerActor(path, threads, placement)
+        model_path, temperature=1.0, top_k=-1, pad_id=0, worker_factory=functools.partial(DedicatedWorkerActor, placement=placement)
     )
     worker.start(engine.loop)
     worker.send_weights(weights, engine.version)

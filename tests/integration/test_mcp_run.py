@@ -84,7 +84,7 @@ def test_sigterm_between_training_steps_ends_the_customers_engine_and_the_mcp_se
     # between training steps, and the run's own clean-up stops both engines and the server.
     run, _ = mcp_run(tmp_path, ["trainer.max_steps=500", "checkpoint_every=1", "rollout.max_model_len=512"], with_customer=True)
     run.wait_for_training()
-    assert len([pid for pid in run.track() if b"VLLM::EngineCore" in _cmdline(pid)]) == 2  # the policy's and the customer's
+    assert len(run.engine_cores()) == 2  # the policy's and the customer's
     run.process.send_signal(signal.SIGTERM)
     run.assert_stops(time.monotonic(), code=143)
 
