@@ -37,6 +37,11 @@ from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, s
 from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, weights_for_engine
 
+#: One `AsyncLLM` made at a time in a process: vLLM keeps process-wide state while it makes one
+#: (metrics registry, current config, its engine core's environment), and two engines of one run
+#: made at once have raced for it (seen: an engine failing to start, twice, one cause cut off).
+_ENGINE_CREATION = threading.Lock()
+
 
 class VLLMEngine(EngineLoop):
     """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop (an `Engine`)."""
@@ -91,7 +96,9 @@ class VLLMEngine(EngineLoop):
         if not self._started.wait(timeout_s):
             raise TimeoutError(f"vLLM engine did not start within {timeout_s} s")
         if self._startup_error is not None:
-            raise RuntimeError("vLLM engine failed to start") from self._startup_error
+            # The cause in the message: under DDP the other ranks' reports can bury the chained one.
+            cause = self._startup_error
+            raise RuntimeError(f"vLLM engine failed to start: {type(cause).__name__}: {cause}") from cause
 
     def _thread_main(self) -> None:
         self._loop = asyncio.new_event_loop()
@@ -112,7 +119,7 @@ class VLLMEngine(EngineLoop):
         environment = engine_core_environment(self.config, config)
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
-        with spawned_process_environment(environment):
+        with _ENGINE_CREATION, spawned_process_environment(environment):
             self._llm = AsyncLLM.from_vllm_config(config)
         await self._llm.update_weight_version(str(self.version))
 

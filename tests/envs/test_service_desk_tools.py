@@ -10,6 +10,9 @@ import pytest
 from lit_asyncrl.envs import CooperativeUser, ServiceDeskToolsEnv
 from lit_asyncrl.envs.service_desk_orders import DeskInstance, Order
 from lit_asyncrl.envs.tools import AssistantTurn, ToolCall
+from tests.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm
 
 # Order 42 was delivered 12 days ago: the refund is due (window 30), the reply is "done".
 DUE = DeskInstance(orders=(Order(42, "mug", "delivered", 12), Order(57, "hat", "placed", 3)), request="refund", order_id=42)

@@ -51,12 +51,13 @@ RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
 @one_ray_test_at_a_time
-def test_two_ddp_processes_on_two_ray_engines_train_a_task_mixture_each_group_once(tmp_path):
+def test_two_ddp_processes_on_a_ray_engine_train_a_task_mixture_each_group_once(tmp_path):
     # One run for what DDP promises (whole groups, each trained once across the ranks, one
     # accounting, equal EWMA averages), with the engines as Ray actors, for what a mixture of
     # tasks promises (training success per task over both ranks' shards, held-out validation and
     # accounting per task), and for the desk with a customer, one of its tasks, solved by asking.
-    # Two local engines under DDP run in the exact-routes test below.
+    # One engine actor serves both ranks (each actor imports vLLM twice, as it spawns its engine
+    # core); two engines under DDP run in the FSDP2 and exact-routes tests below.
     pytest.importorskip("ray")
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
@@ -70,8 +71,8 @@ def test_two_ddp_processes_on_two_ray_engines_train_a_task_mixture_each_group_on
             f"trainer.max_steps={STEPS}",
             "trainer.devices=2",
             "trainer.strategy=ddp",
-            "rollout.num_engines=2",
-            "rollout.max_concurrent_groups=8",  # the engines run ahead: stale tokens, a moving average
+            "rollout.num_engines=1",
+            "rollout.max_concurrent_groups=8",  # the engine runs ahead: stale tokens, a moving average
             f"trainer.val_check_interval={STEPS}",
             # two held-out instances per task (guess-the-number holds out exactly two secrets)
             "rollout.eval_instances=6",
@@ -95,7 +96,8 @@ def test_two_ddp_processes_on_two_ray_engines_train_a_task_mixture_each_group_on
     assert len(train_rows) == STEPS
     for row in train_rows:
         assert_accounting_holds(row)
-    assert_both_engines_generated(rows, steps=STEPS)
+    # Every version reached the engine actor.
+    assert [row for row in rows if "rollout/engine_version" in row][-1]["rollout/engine_version"] == STEPS
     assert_task_success_is_over_both_ranks(ranks, rows)
     assert_each_task_is_validated_and_counted_on_its_own(rows, train_rows[-1])
     assert_the_desk_with_a_customer_is_solved_by_asking(rows)

@@ -13,6 +13,10 @@ from hypothesis.extra.numpy import arrays
 from lit_asyncrl.losses import LossInputs, available_losses, get_loss, loss_class
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: Tests run once per strategy (17 of them): fewer examples each, hundreds over the strategies.
+PER_STRATEGY = settings(SETTINGS, max_examples=25)
+#: Every token masked: what is drawn hardly matters (the mask is overwritten), so a few batches do.
+FEW = settings(SETTINGS, max_examples=10)
 SHAPES = st.tuples(st.integers(1, 4), st.integers(1, 6))
 LOGPROB = st.floats(-6.0, -0.01, allow_nan=False)
 # no subnormal advantages: their gradient underflows to 0 without any mask involved
@@ -176,7 +180,7 @@ def test_every_strategy_has_an_independent_oracle():
 
 
 @pytest.mark.parametrize("name", ORACLE_NAMES)
-@SETTINGS
+@PER_STRATEGY
 @given(inputs=batches(), clip_bounds=ORACLE_BOUNDS, discrepancy_bounds=ORACLE_BOUNDS, drop_reference=st.booleans(),
        one_sided=st.booleans())  # fmt: skip
 def test_masks_and_zero_gradients_match_an_oracle_computed_from_the_inputs(
@@ -260,7 +264,7 @@ def test_bounds_are_inclusive(name, advantage, bounds, inside):
 
 
 @pytest.mark.parametrize("name", available_losses())
-@SETTINGS
+@FEW
 @given(inputs=batches())
 def test_all_masked_gives_zero_loss_and_zero_gradient(name, inputs):
     inputs.loss_mask = torch.zeros_like(inputs.loss_mask)
@@ -276,7 +280,7 @@ NONFINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 
 
 @pytest.mark.parametrize("name", available_losses())
-@SETTINGS
+@PER_STRATEGY
 @given(inputs=batches(), data=st.data())
 def test_nonfinite_inputs_are_masked_and_counted(name, inputs, data):
     shape = inputs.loss_mask.shape

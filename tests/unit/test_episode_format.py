@@ -21,6 +21,9 @@ from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import pad_token_id
 from lit_asyncrl.warm_start import demonstration_trajectories
 from tests.unit.test_producer import FakeEngine
+from tests.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm
 
 CHATML = (
     "{% for message in messages %}"

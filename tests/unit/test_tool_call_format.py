@@ -19,6 +19,9 @@ from lit_asyncrl.rollout.format_for_task import episode_format_for
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.tool_call_format import ChatToolFormat, CompactToolFormat, hermes_tools_prompt
 from tests.unit.test_episode_format import CHATML, chat_tokenizer, scripted_engine
+from tests.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm
 
 # Renders tools and tool messages itself, Qwen2.5-style: schemas in the system message, calls as
 # <tool_call> blocks, consecutive tool messages grouped into one user message of <tool_response>s.

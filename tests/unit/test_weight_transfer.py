@@ -5,6 +5,9 @@ import torch
 
 from lit_asyncrl.rollout.engine_config import EngineConfig, engine_args
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, WeightSender, select_weight_transfer, weights_for_engine
+from tests.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm
 
 
 @pytest.mark.parametrize(
