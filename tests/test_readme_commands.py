@@ -21,6 +21,7 @@ import torch
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.train import build
 from tests.test_configs import compose_train
+from tests.xdist_groups import grouped_by_imports
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: The README and every page of docs/ (the findings' sweeps, the benchmarks' runs, scaling out).
@@ -54,7 +55,8 @@ def _sweep_values(values: str) -> list[str]:
     return [values] if "[" in values else values.split(",")
 
 
-COMMANDS = readme_commands()
+#: A command that is only `experiment=<name>` is built by tests/test_configs.py's test of every experiment.
+COMMANDS = [command for command in readme_commands() if not (len(command) == 1 and command[0].startswith("experiment="))]
 
 
 def test_the_readme_has_its_commands():
@@ -62,7 +64,9 @@ def test_the_readme_has_its_commands():
     assert ["loss=decoupled_ppo", "reference=async_recompute"] in COMMANDS  # the sweep's second job
 
 
-@pytest.mark.parametrize("overrides", COMMANDS, ids=[" ".join(command) or "(default)" for command in COMMANDS])
+@pytest.mark.parametrize(
+    "overrides", [pytest.param(command, id=" ".join(command) or "(default)", marks=grouped_by_imports(command)) for command in COMMANDS]
+)
 def test_every_readme_command_builds_its_run(overrides, tmp_path):
     overrides = [_substitute(token) for token in overrides]
     cfg = compose_train(

@@ -1,7 +1,24 @@
 """Groups of tests that `--dist loadgroup` runs on one worker."""
 
+from pathlib import Path
+
 import pytest
+
+from lit_asyncrl.config_dir import config_dir
 
 #: The fast tests that import vLLM (its tool parsers, its engine arguments): on one worker, so only
 #: that worker pays vLLM's import (~3 s on a 2-core machine), not both.
 imports_vllm = pytest.mark.xdist_group("imports_vllm")
+
+
+def builds_a_tool_task(overrides: list[str]) -> bool:
+    """Whether a run of Hydra `overrides` plays a tool task, whose calls vLLM's tool parsers read
+    (so building it imports vLLM)."""
+    chosen = {token.split("=", 1)[1] for token in overrides if token.startswith(("experiment=", "env="))}
+    experiments = [Path(config_dir()) / "experiment" / f"{name}.yaml" for name in chosen]
+    return "service_desk_tools" in chosen or any("/env: service_desk_tools" in path.read_text() for path in experiments if path.exists())
+
+
+def grouped_by_imports(overrides: list[str]) -> list:
+    """`overrides`' marks: the `imports_vllm` group for a run that plays a tool task."""
+    return [imports_vllm] if builds_a_tool_task(overrides) else []
