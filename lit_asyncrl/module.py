@@ -18,6 +18,7 @@ from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.losses.aggregation import global_batch_scale
 from lit_asyncrl.models import resolve_model_path
+from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
 
@@ -68,10 +69,7 @@ class AsyncRLModule(L.LightningModule):
         self.reference = reference if reference is not None else NoReference()
         self.fidelity = ReferenceFidelity() if fidelity else None
         _check_loss_and_reference(self.loss_fn, self.reference)
-        from transformers import AutoModelForCausalLM
-
-        self.policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(model_path), dtype=torch.float32)
-        self.policy.train()  # from_pretrained returns eval mode
+        self.policy = load_policy(resolve_model_path(model_path))  # dropout off: a note says so
         if train_last_layers is not None:
             freeze_all_but_last_layers(self.policy, train_last_layers)
         self.task_success = MeanMetric()

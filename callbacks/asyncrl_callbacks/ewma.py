@@ -58,6 +58,7 @@ import math
 from typing import Any, Literal
 
 import torch
+from asyncrl_callbacks.eval_mode import evaluation_mode
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
@@ -232,11 +233,13 @@ class EWMAReference(Callback):
     def reference_forward(self, *args: Any, **kwargs: Any) -> Any:
         """Runs the target module's ``forward`` with the averaged weights, without gradients.
 
-        Buffers and frozen parameters are the live module's own; the module runs in its current train/eval mode.
+        Buffers and frozen parameters are the live module's own; the forward runs in eval mode (no dropout:
+        the reference is a policy, not a sample of one), and the module's mode is back as it was afterwards.
         """
         if self._target is None:
             raise RuntimeError("EWMAReference has no average yet: it starts in `on_fit_start` (or call `attach`).")
-        return functional_call(self._target, self.averaged_parameters, args, kwargs)
+        with evaluation_mode(self._target):
+            return functional_call(self._target, self.averaged_parameters, args, kwargs)
 
     def observe_version_gaps(self, gaps: Tensor) -> None:
         """Records the version gaps of the tokens being trained on, for ``staleness_window="auto"``.

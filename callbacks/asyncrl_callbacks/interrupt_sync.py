@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
+from asyncrl_callbacks.eval_mode import evaluation_mode
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
@@ -85,15 +86,13 @@ class InterruptSync(Callback):
 
         start = time.perf_counter()
         self.rollouts.pause()
-        was_training = pl_module.training
         try:
-            with torch.no_grad():
+            # Eval mode: pi_old is the policy itself, not a sample of it under dropout.
+            with torch.no_grad(), evaluation_mode(module):
                 self.last_scored_tokens = self.rollouts.score_unscored(score_fn, trainer.global_step)
         except BaseException:
             self.rollouts.resume()  # never leave generation paused behind an error
             raise
-        finally:
-            pl_module.train(was_training)
         self.last_stall_s = time.perf_counter() - start
         self.total_stall_s += self.last_stall_s
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from asyncrl_callbacks.eval_mode import evaluation_mode
 from asyncrl_callbacks.snapshot_store import SnapshotStore, module_tensors
 from asyncrl_callbacks.version_shards import VersionShard, version_shards
 from lightning.pytorch.callbacks import Callback
@@ -247,7 +248,8 @@ class SnapshotRetention(Callback):
         """pi_old of every policy token under the weights of the version that sampled it.
 
         Runs one forward per distinct version among the masked tokens, over only the rows holding
-        that version, under ``torch.no_grad``. The module's train/eval mode is left as it is.
+        that version, under ``torch.no_grad`` and in eval mode (no dropout: pi_old is the policy
+        itself); the module's train/eval mode is back as it was afterwards.
 
         Args:
             token_versions: Long ``[B, T]``: version that sampled each token.
@@ -289,7 +291,7 @@ class SnapshotRetention(Callback):
             return current_logprobs.detach()[shard.rows.to(current_logprobs.device)]
         params = self._materialise(shard.version, module)
         start = time.perf_counter()
-        with torch.no_grad():
+        with torch.no_grad(), evaluation_mode(module):
             values = score_fn(_bind(module, params), shard.rows)
         _synchronize(values.device)
         self.metrics["snapshot/historical_forward_s"] += time.perf_counter() - start
