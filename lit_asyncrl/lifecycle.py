@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -101,6 +102,15 @@ def _take_sigterm_back() -> None:
 def _chained_after_lightning(handler: object) -> bool:
     """Whether `handler` is Lightning's composition of its handler with ours."""
     return _raise_terminated in getattr(handler, "signal_handlers", ())
+
+
+def finish_wandb_run() -> None:
+    """End the W&B run that `logger=wandb` opened, however the run ended. Lightning leaves it open: the
+    next job of a Hydra multirun (the same process) would log into it, and W&B's import hooks would
+    stay installed, so a process forked later (a test's ranks) wrote to the run's closed socket."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
 
 
 def quiet_known_warnings() -> None:

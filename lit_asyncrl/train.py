@@ -38,7 +38,7 @@ def run(cfg: DictConfig) -> RunOutcome:
     import lightning as L
 
     from lit_asyncrl.before_fit import launch_and_warm_start
-    from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
+    from lit_asyncrl.lifecycle import finish_wandb_run, quiet_known_warnings, sigterm_raises
 
     quiet_known_warnings()
     stage = cfg.get("stage", "fit")
@@ -54,6 +54,7 @@ def run(cfg: DictConfig) -> RunOutcome:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         finally:
             datamodule.rollouts.close()
+            finish_wandb_run()
     completed = not trainer.interrupted and trainer.global_step >= trainer.max_steps
     return RunOutcome(_final_metrics(trainer), completed, trainer.is_global_zero)
 

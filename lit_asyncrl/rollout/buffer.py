@@ -14,6 +14,7 @@ import collections
 import threading
 import time
 
+from lit_asyncrl.rollout.group_filter import GroupFilter
 from lit_asyncrl.rollout.records import Trajectory
 
 
@@ -25,15 +26,24 @@ class RolloutBuffer:
             waits for room, which throttles generation when training falls behind.
         max_version_gap: a group whose oldest policy token is more than this many versions behind
             the trainer is dropped (reason "stale") instead of trained on.
+        group_filter: groups without a learning signal dropped (reason "zero_advantage") and
+            episodes kept out of the loss as they arrive (`group_filter.py`; off by default).
     """
 
-    def __init__(self, capacity: int, max_version_gap: int) -> None:
+    def __init__(self, capacity: int, max_version_gap: int, group_filter: GroupFilter = GroupFilter()) -> None:
         if capacity < 1:
             raise ValueError(f"buffer capacity must be >= 1, got {capacity}")
         if max_version_gap < 0:
             raise ValueError(f"max_version_gap must be >= 0, got {max_version_gap}")
         self.capacity = capacity
         self.max_version_gap = max_version_gap
+        self.group_filter = group_filter
+        #: Groups dropped for lacking a signal since the last batch was taken (the filter's cap).
+        self._drops_since_batch = 0
+        #: Episodes of groups without signal trained on because a batch reached the cap, and
+        #: episodes kept out of the loss as cut off (counted only while their filter is on).
+        self.zero_advantage_kept = 0
+        self.masked_overlong = 0
         self._groups: collections.deque[list[Trajectory]] = collections.deque()
         self._reserved = 0
         self._trainer_version = 0
@@ -65,7 +75,15 @@ class RolloutBuffer:
                 **{f"dropped_{reason}": count for reason, count in self.dropped.items() if reason != "stale"},
                 "pending": sum(len(group) for group in self._groups),
                 **self.by_task,
+                **self._filter_counts(),
             }
+
+    def _filter_counts(self) -> dict[str, int]:
+        """The group filter's counts, each while its filter is on (a run without filters logs and keeps none)."""
+        return {
+            **({"zero_advantage_kept": self.zero_advantage_kept} if self.group_filter.zero_advantage else {}),
+            **({"masked_overlong": self.masked_overlong} if self.group_filter.overlong else {}),
+        }
 
     def accounting_state(self) -> dict:
         """The counts a checkpoint keeps (the pending episodes themselves are not kept)."""
@@ -76,6 +94,7 @@ class RolloutBuffer:
                 "dropped": dict(self.dropped),
                 "pending": sum(len(group) for group in self._groups),
                 "by_task": dict(self.by_task),
+                **self._filter_counts(),
             }
 
     def restore_accounting(self, state: dict) -> None:
@@ -87,6 +106,8 @@ class RolloutBuffer:
             self.dropped.update(state["dropped"])
             self.dropped["restart"] += state["pending"]
             self.by_task.update(state.get("by_task", {}))  # checkpoints of earlier versions have none
+            self.zero_advantage_kept += state.get("zero_advantage_kept", 0)
+            self.masked_overlong += state.get("masked_overlong", 0)
 
     def pending_trajectories(self) -> list[Trajectory]:
         with self._condition:
@@ -111,14 +132,24 @@ class RolloutBuffer:
             self._reserved += num_episodes
             return True
 
-    def put_group(self, group: list[Trajectory], reserved: int) -> None:
-        """Add a finished group and release the room it reserved."""
+    def put_group(self, group: list[Trajectory], reserved: int) -> bool:
+        """Add a finished group and release the room it reserved; False when the group filter
+        dropped it (counted as "zero_advantage"), so that a producer can start another in its place."""
         with self._condition:
             self._reserved -= reserved
             self.produced += len(group)
             self._count_tasks(group, "produced")
+            self.masked_overlong += self.group_filter.mask_overlong(group)
+            if self.group_filter.lacks_signal(group):
+                if self._drops_since_batch < self.group_filter.max_drops_per_batch:
+                    self._drops_since_batch += 1
+                    self.dropped["zero_advantage"] += len(group)
+                    self._condition.notify_all()  # room came back
+                    return False
+                self.zero_advantage_kept += len(group)
             self._groups.append(group)
             self._condition.notify_all()
+            return True
 
     def drop_produced(self, num_episodes: int, reason: str) -> None:
         """Count episodes that were produced but can never be trained on (e.g. the environment failed them)."""
@@ -150,6 +181,7 @@ class RolloutBuffer:
                 if len(self._groups) >= num_groups:
                     taken = [self._groups.popleft() for _ in range(num_groups)]
                     self.trained += sum(len(group) for group in taken)
+                    self._drops_since_batch = 0
                     for group in taken:
                         self._count_tasks(group, "trained")
                     self._condition.notify_all()

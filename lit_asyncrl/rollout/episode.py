@@ -102,7 +102,8 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
     for _ in range(env.max_turns):
         room = max_context - len(trajectory.token_ids)
         if room < 1:
-            break
+            trajectory.cut_off = "context"
+            return
         turn_start = len(trajectory.token_ids)
         turn = await engine.generate(
             list(trajectory.token_ids),
@@ -115,14 +116,17 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
         )
         trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
         trajectory.num_turns += 1
+        if turn.finish_reason == "length" and room < env.max_turn_tokens:
+            trajectory.cut_off = "context"  # the turn ran into the end of the context, not its own limit
         result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
         trajectory.count_tool_calls(result.info)
         if result.terminated or result.truncated:
-            break
+            return
         _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
+    trajectory.cut_off = trajectory.cut_off or "turns"
 
 
 def _add_observation(episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment) -> None:

@@ -78,6 +78,8 @@ class RolloutProducer:
         #: Asked before each new group: with several engines, only the least loaded starts it.
         self.admits = admits if admits is not None else lambda: True
         self.groups_started = 0
+        #: Groups started in place of one the buffer's filter dropped.
+        self.groups_refilled = 0
         self.policy_tokens = 0
         self.started_at = time.monotonic()
         self._in_flight: set[asyncio.Task] = set()
@@ -144,12 +146,16 @@ class RolloutProducer:
         return len(self._in_flight)
 
     async def _run(self) -> None:
-        started_for_version, version = 0, self.engine.version
+        started_for_version, version, refilled_before = 0, self.engine.version, self.groups_refilled
         try:
             while True:
                 if self.engine.version != version:
-                    started_for_version, version = 0, self.engine.version
-                sync_quota_used = self.groups_per_version is not None and started_for_version >= self.groups_per_version
+                    started_for_version, version, refilled_before = 0, self.engine.version, self.groups_refilled
+                # A group the buffer's filter dropped is replaced (`groups_refilled`): a synchronous
+                # batch needs its number of groups from this version.
+                refills = self.groups_refilled - refilled_before
+                quota = None if self.groups_per_version is None else self.groups_per_version + refills
+                sync_quota_used = quota is not None and started_for_version >= quota
                 full = len(self._in_flight) >= self.max_concurrent_groups
                 if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.group_size):
                     await asyncio.sleep(0.005)
@@ -243,7 +249,8 @@ class RolloutProducer:
                 for trajectory, advantage in zip(kept, group_normalized_advantages([t.reward for t in kept])):
                     trajectory.advantage = advantage
                 self.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in kept)
-                self.buffer.put_group(kept, reserved=self.group_size)
+                if not self.buffer.put_group(kept, reserved=self.group_size):
+                    self.groups_refilled += 1
             else:
                 self.buffer.release(self.group_size)
             filed = True

@@ -47,6 +47,11 @@ class Trajectory:
     misattributed_scores: int = 0
     #: The task of a mixture that played the episode (None for a single task).
     task: str | None = None
+    #: Where the runner cut the episode: "context" (no room left in rollout.max_model_len) or
+    #: "turns" (env.max_turns reached); None when the environment ended it (or it timed out).
+    cut_off: str | None = None
+    #: False keeps the episode out of the loss (its tokens masked in the batch): `GroupFilter.overlong`.
+    in_loss: bool = True
     #: A tool task's calls by tool, and its calls answered with an error by reason (`envs/tools`).
     tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -129,7 +134,8 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
     def padded(values: list, fill, dtype: torch.dtype) -> torch.Tensor:
         return torch.tensor([row + [fill] * (length - len(row)) for row in values], dtype=dtype)
 
-    loss_mask = padded([t.loss_mask for t in trajectories], False, torch.bool)  # [B, T]
+    in_loss = torch.tensor([t.in_loss for t in trajectories], dtype=torch.bool)  # [B]
+    loss_mask = padded([t.loss_mask for t in trajectories], False, torch.bool) & in_loss[:, None]  # [B, T]
     advantages = torch.tensor([t.advantage for t in trajectories], dtype=torch.float32)  # [B]
     return {
         "input_ids": padded([t.token_ids for t in trajectories], pad_id, torch.long),

@@ -13,6 +13,7 @@ from typing import Literal
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.group_filter import GroupFilter
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -63,6 +64,29 @@ class BatchSettings:
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not (self.top_k == -1 or self.top_k >= 1):
             raise ValueError(f"{config_key('rollout.top_k')} must be -1 (no top-k) or an integer >= 1, got {self.top_k!r}")
         require_positive("batch_timeout_s", self.batch_timeout_s)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupFilterSettings:
+    """Which groups and episodes are trained on (`rollout/group_filter.py`); both filters off by default."""
+
+    #: Drop a group whose advantages are all zero (every episode got the same reward) and fill the
+    #: batch from further groups (DAPO's dynamic sampling), counted as `rollout/dropped_zero_advantage`.
+    filter_zero_advantage: bool = False
+    #: At most this many such drops per training batch; past it a group without signal is trained on
+    #: as it is, counted as `rollout/zero_advantage_kept` (a task every group fails still trains).
+    max_zero_advantage_drops_per_batch: int = 16
+    #: Keep episodes cut by the context or the turn limit out of the loss (`rollout/masked_overlong`).
+    filter_overlong: bool = False
+
+    def check_group_filter(self) -> None:
+        for key in ("filter_zero_advantage", "filter_overlong"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{config_key('rollout.' + key)} must be true or false, got {getattr(self, key)!r}")
+        require_int("max_zero_advantage_drops_per_batch", self.max_zero_advantage_drops_per_batch, 0)
+
+    def group_filter(self) -> GroupFilter:
+        return GroupFilter(self.filter_zero_advantage, self.max_zero_advantage_drops_per_batch, self.filter_overlong)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -187,12 +211,13 @@ class PlacementSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RolloutConfig(PlacementSettings, FailureSettings, EvalSettings, EngineSettings, BatchSettings):
+class RolloutConfig(PlacementSettings, FailureSettings, EvalSettings, EngineSettings, GroupFilterSettings, BatchSettings):
     """Every rollout setting (`rollout.<key>`), checked when made. (Bases in reverse: a dataclass
     lists the last base's fields first, so the batch settings come first.)"""
 
     def __post_init__(self) -> None:
         self.check_batch()
+        self.check_group_filter()
         self.check_engine()
         self.check_eval()
         self.check_failures()

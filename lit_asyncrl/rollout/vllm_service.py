@@ -83,7 +83,7 @@ class VLLMRolloutService:
         check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
             check_context_holds_a_turn(task, self.episode_formats[name], rollout.max_model_len, seed)
-        self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap)
+        self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap, rollout.group_filter())
         self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
         self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()

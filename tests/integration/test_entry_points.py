@@ -13,10 +13,13 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_entry_points")]
 
 @pytest.fixture(scope="module")
 def hydra_run(tmp_path_factory):
-    """A 5-step Hydra run with a periodic checkpoint every 2 steps and TensorBoard beside the CSV
-    log: (run dir, its console output). (Resuming a run: `test_resume.py`.)"""
+    """A 5-step Hydra run with a periodic checkpoint every 2 steps, TensorBoard beside the CSV log
+    and both group filters on: (run dir, its console output). (Resuming a run: `test_resume.py`.)"""
     run_dir = tmp_path_factory.mktemp("hydra_run")
-    result = run_hydra(["trainer.max_steps=5", "checkpoint_every=2", "logger=tensorboard", f"hydra.run.dir={run_dir}", *SMALL_RUN])
+    filters = ["rollout.filter_zero_advantage=true", "rollout.filter_overlong=true"]
+    result = run_hydra(
+        ["trainer.max_steps=5", "checkpoint_every=2", "logger=tensorboard", *filters, f"hydra.run.dir={run_dir}", *SMALL_RUN]
+    )
     return run_dir, result.stdout + result.stderr
 
 
@@ -49,6 +52,12 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
         assert 0.0 <= row["train/task_success"] <= 1.0
         # Nothing is lost: every episode produced is trained, dropped with a reason, or pending.
         assert row["rollout/produced"] == row["rollout/trained"] + row["rollout/dropped"] + row["rollout/pending"]
+        assert row["rollout/dropped"] == sum(value for key, value in row.items() if key.startswith("rollout/dropped_"))
+    # Groups whose episodes all got the same reward were dropped, and the batches filled from others
+    # (each of 5 batches holds 4 groups of 4); the filters' counts are logged.
+    last = rows[-1]
+    assert last["rollout/dropped_zero_advantage"] > 0 and last["rollout/dropped_zero_advantage"] % 4 == 0, last
+    assert last["rollout/trained"] == 5 * 4 * 4 and {"rollout/zero_advantage_kept", "rollout/masked_overlong"} <= last.keys()
     # Step 0 trains on tokens sampled by the very weights it scores with (fp32 engine, same
     # temperature): pi_theta / mu must be 1 up to numerical noise, or the log-probs are misaligned.
     first = rows[0]

@@ -53,3 +53,6 @@ def test_wandb_writes_an_offline_run_beside_the_csv_log(tmp_path, monkeypatch):
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     assert list(run_dir.glob("run-*.wandb"))  # the run's records, for `wandb sync`
     assert csv_steps(tmp_path) == [0, 1]
+    import wandb
+
+    assert wandb.run is None  # finished with its run: a next job of a multirun gets its own

@@ -5,6 +5,10 @@ import os
 import torch
 import torch.multiprocessing as mp
 
+from tests.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm  # the ranks gather with vLLM's helper: forked where vLLM is imported already
+
 
 def _rank(rank: int, world_size: int, store_path: str, results: str) -> None:
     import torch.distributed as dist
