@@ -31,7 +31,11 @@ def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path)
     # Slow answers (0.5 s) keep each step a few seconds long: step=3.ckpt lives until step=6.ckpt replaces it.
     slow = ["env.latency_s=0.5", "trainer.num_sanity_val_steps=0"]
     # beta from the observed staleness window (W / (W + 2)): the window is part of the EWMA's state.
-    run = Run(["experiment=ppo_ewma", "reference.beta=null", "checkpoint_every=3", "trainer.max_steps=500", *slow], first)
+    # Weights reach the engine every second step, so the first run trains on stale tokens whatever
+    # the timing (with a push every step, a trainer quicker than the 0.5 s before an episode's first
+    # turn trained three on-policy batches, and the window stayed 0: seen once).
+    stale = ["rollout.weight_sync_every=2"]
+    run = Run(["experiment=ppo_ewma", "reference.beta=null", "checkpoint_every=3", "trainer.max_steps=500", *slow, *stale], first)
     checkpoint_path = wait_for_complete_checkpoint(run, "step=3.ckpt")
     os.kill(run.process.pid, signal.SIGKILL)
     run.process.wait(timeout=10)
