@@ -8,8 +8,10 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.loggers import CSVLogger
 
+from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.fsdp import check_reference_supported
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.distributed import check_batch_splits
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
@@ -20,7 +22,31 @@ def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer
     module.reference.check_rollout_settings(datamodule.rollouts)
     check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
     check_reference_supported(trainer.strategy, module.reference, fidelity=module.fidelity is not None)
+    check_lora_supported(module.lora, datamodule.rollout_config.lora, module.reference, trainer.strategy)
     warn_of_replaced_metrics(trainer)
+
+
+def check_lora_supported(module_lora: LoRASettings, engine_lora: LoRASettings, reference: object, strategy: object) -> None:
+    """The engines serve the adapter the module trains, through routes that know adapters."""
+    from lit_asyncrl.fsdp import STRATEGY_NAME, FSDP2Strategy
+    from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference
+
+    if module_lora != engine_lora:
+        raise ValueError(
+            f"model.lora ({module_lora}) and {config_key('rollout.lora')} ({engine_lora}) differ: the engines serve the adapter "
+            "the module trains, so set both alike (the Hydra config ties rollout.lora to model.lora)"
+        )
+    if module_lora.enabled and isinstance(strategy, FSDP2Strategy):
+        raise ValueError(
+            f"model.lora.rank={module_lora.rank} under trainer.strategy={STRATEGY_NAME}: not supported yet; use trainer.strategy=ddp"
+        )
+    # These two score a version's tokens when its weights leave the engine, and with adapters a
+    # turn in flight keeps sampling on its old adapter after that (`rollout/engine_adapters.py`).
+    for cls, name in ((InterruptSyncReference, "interrupt_sync"), (DedicatedReference, "dedicated")):
+        if module_lora.serves_adapters and isinstance(reference, cls):
+            raise ValueError(
+                f"reference={name} with model.lora.push=adapter: not supported yet; use reference=snapshot (exact) or model.lora.push=merged"
+            )
 
 
 def warn_of_replaced_metrics(trainer: L.Trainer) -> None:

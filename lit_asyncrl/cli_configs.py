@@ -54,6 +54,9 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
     data = to_class_path(section["data"])["init_args"]
     data.pop("model_path")  # linked from model.model_path
     data["rollout"] = data["rollout"]["init_args"]  # a dataclass: the CLI takes its fields as they are
+    # Dataclasses too; the engines' adapter is the module's (the run refuses two different ones).
+    model["lora"] = model["lora"]["init_args"]
+    data["rollout"]["lora"] = data["rollout"]["lora"]["init_args"]
     warm_start = to_class_path(section["warm_start"])["init_args"]
     trainer = OmegaConf.to_container(cfg.trainer, resolve=False)
     run_dir = f"outputs/cli/{name}"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import lightning as L
 import torch
@@ -18,6 +19,7 @@ from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.losses.aggregation import global_batch_scale
 from lit_asyncrl.models import resolve_model_path
+from lit_asyncrl.models.lora import LoRASettings, add_adapter
 from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
@@ -46,6 +48,8 @@ class AsyncRLModule(L.LightningModule):
             Makes a real model's step affordable on a CPU: frozen layers run forward only.
         fidelity: also compute exact old log-probs from snapshots of its own and log how far the
             reference in use is from them, per version gap (`fidelity/*`; see `lit_asyncrl.fidelity`).
+        lora: train a LoRA adapter (peft) instead of the model's weights (`LoRASettings`; rank 0,
+            the default, trains the weights): the optimizer sees the adapter's parameters only.
     """
 
     def __init__(
@@ -58,20 +62,29 @@ class AsyncRLModule(L.LightningModule):
         entropy_coef: float = 0.0,
         train_last_layers: int | None = None,
         fidelity: bool = False,
+        lora: LoRASettings | Mapping | None = None,
     ) -> None:
         super().__init__()
         if not lr > 0:
             raise ValueError(f"model.lr must be > 0, got {lr}")
         if weight_decay < 0 or entropy_coef < 0:
             raise ValueError(f"model.weight_decay and model.entropy_coef must be >= 0, got {weight_decay} and {entropy_coef}")
-        self.save_hyperparameters(ignore=["loss", "reference"])
+        # The adapter's settings as plain values: Lightning cannot write a frozen dataclass to
+        # hparams.yaml (a checkpoint's `load_from_checkpoint` hands them back as a mapping).
+        self.lora = LoRASettings(**lora) if isinstance(lora, Mapping) else lora if lora is not None else LoRASettings()
+        self.save_hyperparameters(ignore=["loss", "reference", "lora"])
+        self.hparams["lora"] = dataclasses.asdict(self.lora)
         self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
         self.reference = reference if reference is not None else NoReference()
         self.fidelity = ReferenceFidelity() if fidelity else None
         _check_loss_and_reference(self.loss_fn, self.reference)
+        if self.lora.enabled and train_last_layers is not None:
+            raise ValueError("model.lora.rank > 0 trains an adapter, model.train_last_layers the model's last layers: set one of them")
         self.policy = load_policy(resolve_model_path(model_path))  # dropout off: a note says so
         if train_last_layers is not None:
             freeze_all_but_last_layers(self.policy, train_last_layers)
+        if self.lora.enabled:
+            self.policy = add_adapter(self.policy, self.lora)
         self.task_success = MeanMetric()
         # Held-out metrics, made at the first validation batch (k and a mixture's tasks come with it).
         self.eval_metrics: HeldOutMetrics | None = None
@@ -108,7 +121,7 @@ class AsyncRLModule(L.LightningModule):
             # Replaces the trainer's default bar (a subclass of it), which would read "Epoch 0/-2".
             *stream_progress_bar("RL", self.trainer),
             SigtermStaysOurs(),
-            EngineWeightSync(required=False),
+            EngineWeightSync(required=False, lora=self.lora),
             RolloutStatsLogger(required=False),
             *self.reference.callbacks(),
             *self._fidelity_callbacks(),

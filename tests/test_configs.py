@@ -15,6 +15,7 @@ from lit_asyncrl.cli_configs import hydra_runs, render
 from lit_asyncrl.config_dir import config_dir
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.losses import available_losses, loss_class
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import available_references, build_reference
 from lit_asyncrl.rollout.rollout_config import RolloutConfig
@@ -222,7 +223,11 @@ def test_every_rollout_setting_has_one_default_in_the_class_and_the_config():
     and nothing else: a Python user and a Hydra user start from the same settings."""
     raw = OmegaConf.to_container(OmegaConf.load(Path(CONFIG_DIR) / "rollout" / "async.yaml"))
     assert raw.pop("_target_") == "lit_asyncrl.rollout.rollout_config.RolloutConfig"
-    assert raw == {field.name: field.default for field in dataclasses.fields(RolloutConfig)}
+    # The adapter is the model's (model.lora), whose own config holds the class's default.
+    assert raw.pop("lora") == "${model.lora}"
+    assert instantiate(OmegaConf.load(Path(CONFIG_DIR) / "model" / "lora" / "default.yaml")) == LoRASettings()
+    defaults = {field.name: field.default for field in dataclasses.fields(RolloutConfig) if field.name != "lora"}
+    assert raw == defaults
     assert RolloutConfig(**raw) == RolloutConfig()
 
 

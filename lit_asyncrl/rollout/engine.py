@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.rollout.engine_adapters import EngineAdapters
 from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, weight_sender
 from lit_asyncrl.rollout.engine_protocol import EngineLoop, TurnOutput
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, standard_start_method
 from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
-from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, weights_for_engine
+from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, expand_version_spans, write_weights_file
 
 #: One `AsyncLLM` made at a time in a process: vLLM keeps process-wide state while it makes one
 #: (metrics registry, current config, its engine core's environment), and two engines of one run
@@ -62,6 +62,8 @@ class VLLMEngine(EngineLoop):
         self._last_progress = time.monotonic()
         self._paused = False
         self._sender = weight_sender(config)
+        # With LoRA adapters as versions, each version is an adapter (`engine_adapters.py`).
+        self._adapters = EngineAdapters(config.lora, self._weights_dir) if config.serves_adapters else None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -239,7 +241,10 @@ class VLLMEngine(EngineLoop):
         token_ids: list[int] = []
         logprobs: list[float] = []
         final = None
-        stream = self._llm.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=uuid.uuid4().hex)
+        adapter = self._adapters.begin() if self._adapters is not None else None
+        stream = self._llm.generate(
+            TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=uuid.uuid4().hex, lora_request=adapter and adapter.request
+        )
         if self._requests_in_flight == 0:
             self._progress()  # an idle engine starts its stall clock with the first request
         self._requests_in_flight += 1
@@ -255,7 +260,12 @@ class VLLMEngine(EngineLoop):
                 final = completion
         finally:
             self._requests_in_flight -= 1
-        versions = _expand_version_spans(final.weight_versions, len(token_ids), self.version)
+            if adapter is not None:
+                self._adapters.end(adapter)
+        if adapter is not None:  # the whole request ran under one adapter
+            versions = [adapter.version] * len(token_ids)
+        else:
+            versions = expand_version_spans(final.weight_versions, len(token_ids), self.version)
         return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
 
     # -- weights (called from the trainer thread) --------------------------------------------
@@ -265,26 +275,31 @@ class VLLMEngine(EngineLoop):
         Returns timings in seconds: `write_s` (trainer side, engine still running) and `pause_s`
         (the time the engine stands still: pause -> load -> relabel -> resume).
         """
+        if self._adapters is not None:
+            stalled = lambda coroutine: self.run(coroutine, timeout_s=self.config.stall_timeout_s, stalled="an adapter push")  # noqa: E731
+            timings = self._adapters.push(stalled, self._llm, state_dict, version)
+            self.version = version
+            return timings
         if self._sender is not None:
             return self._send_weights(state_dict, version)
         start = time.perf_counter()
-        path = self._write_weights(state_dict)
+        path, nbytes = write_weights_file(state_dict, self.config.torch_dtype(), self._weights_dir)
         written = time.perf_counter()
         # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
         self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
-        return {"write_s": written - start, "pause_s": time.perf_counter() - written}
+        return {"write_s": written - start, "pause_s": time.perf_counter() - written, "bytes": float(nbytes)}
 
     def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         """The push over vLLM's weight-transfer API: the engine stands still while the tensors travel."""
         start = time.perf_counter()
         self.pause()
         try:
-            self._sender.push(state_dict, self.weight_sync_client())
+            nbytes = self._sender.push(state_dict, self.weight_sync_client())
             self.set_version(version)
         finally:
             if self.dead_reason() is None:
                 self.resume()
-        return {"write_s": 0.0, "pause_s": time.perf_counter() - start}
+        return {"write_s": 0.0, "pause_s": time.perf_counter() - start, "bytes": float(nbytes)}
 
     def weight_sync_client(self) -> EngineWeightSyncClient:
         """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
@@ -296,14 +311,6 @@ class VLLMEngine(EngineLoop):
         """Label what the engine samples from now on `version` (after weights arrived another way)."""
         self.run(self._llm.update_weight_version(str(version)), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
         self.version = version
-
-    def _write_weights(self, state_dict: Mapping[str, torch.Tensor]) -> Path:
-        tensors = {
-            name: tensor.to("cpu").contiguous().clone() for name, tensor in weights_for_engine(state_dict, self._torch_dtype()).items()
-        }
-        path = self._weights_dir / "model.safetensors"
-        save_file(tensors, str(path))
-        return path
 
     def pause(self) -> None:
         """Freeze generation (in-flight requests kept, KV cleared) until `resume` or a weight push."""
@@ -326,20 +333,6 @@ class VLLMEngine(EngineLoop):
             await self._llm.resume_generation()
             self._paused = False
             self._progress()
-
-    def _torch_dtype(self) -> torch.dtype:
-        return self.config.torch_dtype()
-
-
-def _expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
-    """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
-    if not spans:
-        return [fallback] * num_tokens
-    versions = [fallback] * num_tokens
-    for span in spans:
-        version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
-        versions[start:end] = [int(version)] * (end - start)
-    return versions
 
 
 def _device_type() -> str:

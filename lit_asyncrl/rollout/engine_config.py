@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
 from lit_asyncrl.rollout.engine_core_fork import START_METHOD_VARIABLE, forked_engine_core_environment
 from lit_asyncrl.rollout.engine_core_semaphores import UNNAMED_LOCKS_VARIABLE
@@ -46,6 +47,16 @@ class EngineConfig:
     #: How weights reach the engine (`weight_transfer.py`): "file", or a backend of vLLM's
     #: weight-transfer API, "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
     weight_transfer: str = "file"
+    #: The policy's LoRA adapter (`model.lora`): with `push="adapter"` each version is an adapter
+    #: the engine holds beside the base weights (`engine_adapters.py`), over any `weight_transfer`.
+    lora: LoRASettings = LoRASettings()
+    #: Adapters one engine step may run at once (vLLM's `max_loras`); the live versions' adapters
+    #: beyond it wait for a slot, not for a push.
+    max_loras: int = 4
+
+    @property
+    def serves_adapters(self) -> bool:
+        return self.lora.serves_adapters
 
     def torch_dtype(self) -> torch.dtype:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
@@ -98,13 +109,27 @@ def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
         # The `file` route reloads from disk; every other route is a backend of vLLM's weight-transfer API.
         weight_transfer_config=None if config.weight_transfer == "file" else WeightTransferConfig(backend=config.weight_transfer),
         **parallelism_args(config, device_type),
+        **lora_args(config),
     )
+
+
+def lora_args(config: EngineConfig) -> dict[str, Any]:
+    """vLLM engine arguments that enable adapters of the policy's rank (none without adapters)."""
+    if not config.serves_adapters:
+        return {}
+    # max_cpu_loras: the adapters kept loaded; an evicted one would be read again from its files.
+    return {
+        "enable_lora": True,
+        "max_lora_rank": config.lora.engine_max_rank(),
+        "max_loras": config.max_loras,
+        "max_cpu_loras": config.max_loras,
+    }
 
 
 def weight_sender(config: EngineConfig) -> WeightSender | None:
     """The trainer side of vLLM's weight-transfer API for an engine with `config` (None for the
     `file` route, which needs no sender)."""
-    if config.weight_transfer == "file":
+    if config.weight_transfer == "file" or config.serves_adapters:  # adapters go as files
         return None
     return WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
 

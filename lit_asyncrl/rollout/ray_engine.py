@@ -239,7 +239,7 @@ class RayEngine(EngineLoop):
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
         self.version = version
         # `write_s` here also counts the trip through Ray's object store.
-        return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"]}
+        return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"], "bytes": timings["bytes"]}
 
     def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         import ray
@@ -251,7 +251,7 @@ class RayEngine(EngineLoop):
         start = time.perf_counter()
         self.pause()
         try:
-            self._sender.push(state_dict, RayVLLMWeightSyncClient(self._actor))
+            nbytes = self._sender.push(state_dict, RayVLLMWeightSyncClient(self._actor))
             self.version = version
             self._call("update_weight_version", str(version))
         except ray.exceptions.RayError as error:
@@ -259,7 +259,7 @@ class RayEngine(EngineLoop):
         finally:
             if self.dead_reason() is None:
                 self.resume()
-        return {"write_s": 0.0, "pause_s": time.perf_counter() - start}
+        return {"write_s": 0.0, "pause_s": time.perf_counter() - start, "bytes": float(nbytes)}
 
     def pause(self) -> None:
         """Pause the actor's engine, then wait here until every piece it streamed before the pause

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Literal
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.engine_config import EngineConfig
 from lit_asyncrl.rollout.group_filter import GroupFilter
 
@@ -111,6 +112,9 @@ class EngineSettings:
     #: How each version's weights reach the engines: "auto", "file", "gloo", "nccl" or "ipc"
     #: (`lit_asyncrl.rollout.weight_transfer.select_weight_transfer`).
     weight_transfer: str = "auto"
+    #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): the
+    #: engines then take each version as an adapter (or merged weights, `push: merged`).
+    lora: LoRASettings = LoRASettings()
 
     def check_engine(self) -> None:
         if self.dtype not in DTYPES:
@@ -139,6 +143,9 @@ class EngineSettings:
             tensor_parallel_size=self.tensor_parallel_size,
             data_parallel_size=self.data_parallel_size,
             weight_transfer=weight_transfer,
+            lora=self.lora,
+            # The versions a request in flight may still run under, and the newest.
+            max_loras=self.max_version_gap + 2,
         )
 
 

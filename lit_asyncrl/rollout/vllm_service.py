@@ -290,7 +290,7 @@ class VLLMRolloutService:
             engine.run(submit_outgoing())
             self.dedicated.send_weights(weights, version)
         self._weights, self._version = weights, version
-        timings = {"write_s": 0.0, "pause_s": 0.0}
+        timings = {"write_s": 0.0, "pause_s": 0.0, "bytes": 0.0}
         for lane, engine in enumerate(engines):
             try:
                 pushed = engine.push_weights(weights, version)
@@ -302,6 +302,7 @@ class VLLMRolloutService:
             # Engines are pushed one after another; each stands still only for its own push.
             timings["write_s"] += pushed["write_s"]
             timings["pause_s"] = max(timings["pause_s"], pushed["pause_s"])
+            timings["bytes"] = pushed["bytes"]  # every engine loads the same
         return timings
 
     def live_versions(self) -> list[int]:

@@ -16,6 +16,7 @@ engine paused 0.63 s against 1.43 s), so `auto` keeps `file` there.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,6 +72,28 @@ def weights_for_engine(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtyp
     if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     return tensors
+
+
+def write_weights_file(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype, directory: Path) -> tuple[Path, int]:
+    """The `file` route's trainer side: the engine's tensors as `model.safetensors` in `directory`
+    (the path and the bytes written)."""
+    from safetensors.torch import save_file
+
+    tensors = {name: tensor.to("cpu").contiguous().clone() for name, tensor in weights_for_engine(state_dict, dtype).items()}
+    path = directory / "model.safetensors"
+    save_file(tensors, str(path))
+    return path, sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+
+
+def expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
+    """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
+    if not spans:
+        return [fallback] * num_tokens
+    versions = [fallback] * num_tokens
+    for span in spans:
+        version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
+        versions[start:end] = [int(version)] * (end - start)
+    return versions
 
 
 def _weight_source_class() -> type:
@@ -155,15 +178,17 @@ class WeightSender:
         register()  # this process's factory; the engine's process registers through the plugin
         return GlooTrainerInitInfo(master_address=self.address, master_port=port, world_size=world_size, rank=0)
 
-    def push(self, state_dict: Mapping[str, torch.Tensor], client: Any) -> None:
-        """Send `state_dict` to the engine's workers (the engine paused by the caller)."""
+    def push(self, state_dict: Mapping[str, torch.Tensor], client: Any) -> int:
+        """Send `state_dict` to the engine's workers (the engine paused by the caller); the bytes sent."""
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
         self.source.set(state_dict)
         if self._trainer_engine is None:
             self._trainer_engine = WeightTransferTrainerFactory.trainer_init(self.init_info(), client=client, source=self.source)
         self._trainer_engine.send_weights()
+        nbytes = sum(tensor.numel() * tensor.element_size() for tensor in self.source.tensors.values())
         self.source.tensors = {}  # the trainer's tensors are not kept past the push
+        return nbytes
 
     def close(self) -> None:
         if self._trainer_engine is not None:

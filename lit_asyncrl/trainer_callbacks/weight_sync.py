@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 import lightning as L
+import torch
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
+from lit_asyncrl.models.lora import LoRASettings, engine_weights
 from lit_asyncrl.rollout.service import RolloutService
 from lit_asyncrl.trainer_callbacks.find import ServiceCallback
 
@@ -21,11 +24,16 @@ class EngineWeightSync(ServiceCallback):
     Args:
         rollouts, required: see `ServiceCallback`.
         module_attr: dotted attribute of the LightningModule holding the policy whose weights are published.
+        lora: the policy's LoRA settings: with an adapter, a version is the adapter's tensors or,
+            with `push="merged"`, the weights with the adapter folded in (`lit_asyncrl.models.lora`).
     """
 
-    def __init__(self, rollouts: RolloutService | None = None, module_attr: str = "policy", required: bool = True) -> None:
+    def __init__(
+        self, rollouts: RolloutService | None = None, module_attr: str = "policy", required: bool = True, lora: LoRASettings | None = None
+    ) -> None:
         super().__init__(rollouts, required)
         self.module_attr = module_attr
+        self.lora = lora if lora is not None else LoRASettings()
         self._started = False
 
     @override
@@ -60,6 +68,8 @@ class EngineWeightSync(ServiceCallback):
         if timings:
             pl_module.log("rollout/weight_push_s", timings["write_s"] + timings["pause_s"], batch_size=1)
             pl_module.log("rollout/engine_pause_s", timings["pause_s"], batch_size=1)
+            # What one engine loaded for this version (each engine loads the same).
+            pl_module.log("rollout/weight_push_bytes", timings["bytes"], batch_size=1)
 
-    def _weights(self, pl_module: L.LightningModule) -> dict:
-        return functools.reduce(getattr, self.module_attr.split("."), pl_module).state_dict()
+    def _weights(self, pl_module: L.LightningModule) -> Mapping[str, torch.Tensor]:
+        return engine_weights(functools.reduce(getattr, self.module_attr.split("."), pl_module), self.lora)

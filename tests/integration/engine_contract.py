@@ -15,7 +15,7 @@ from lit_asyncrl.rollout.engine_protocol import Engine
 
 
 def check_engine_contract(engine: Engine, weights: dict) -> None:
-    """`weights`: a state dict the engine's model takes (pushed as the next version)."""
+    """`weights`: a state dict the engine's model takes (pushed as the next version); an fp32 engine."""
     assert isinstance(engine, Engine)
     assert engine.dead_reason() is None
 
@@ -50,7 +50,10 @@ def check_engine_contract(engine: Engine, weights: dict) -> None:
     assert len(pending.result(timeout=60).token_ids) == 200
 
     timings = engine.push_weights(weights, version + 1)
-    assert set(timings) == {"write_s", "pause_s"} and min(timings.values()) >= 0.0
+    assert set(timings) == {"write_s", "pause_s", "bytes"} and min(timings.values()) >= 0.0
+    # An fp32 engine loads 4 bytes per element of each tensor of the state dict (a tied head is a
+    # tensor of its own in a state dict, and sent as one).
+    assert timings["bytes"] == 4 * sum(tensor.numel() for tensor in weights.values())
     assert engine.version == version + 1
     turn = engine.run(engine.generate([1], max_tokens=4, temperature=1.0, ignore_eos=True), timeout_s=60)
     assert turn.versions == [version + 1] * 4

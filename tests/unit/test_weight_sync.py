@@ -103,14 +103,16 @@ def test_no_timings_no_push_metrics():
     for step in metrics.per_step:
         assert "rollout/weight_push_s" not in step
         assert "rollout/engine_pause_s" not in step
+        assert "rollout/weight_push_bytes" not in step
 
 
 def test_timings_are_logged_summed():
-    _, _, metrics = fit(FakeRollouts(timings={"write_s": 0.25, "pause_s": 0.5}))
+    _, _, metrics = fit(FakeRollouts(timings={"write_s": 0.25, "pause_s": 0.5, "bytes": 4096.0}))
     assert len(metrics.per_step) == 3
     for step in metrics.per_step:
         assert step["rollout/weight_push_s"] == 0.75  # write 0.25 + pause 0.5
         assert step["rollout/engine_pause_s"] == 0.5
+        assert step["rollout/weight_push_bytes"] == 4096.0
 
 
 def test_datamodule_without_rollouts_is_refused_by_name():
