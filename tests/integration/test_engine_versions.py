@@ -9,10 +9,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
+from lit_asyncrl.models.lora import merged_weights
 from lit_asyncrl.rollout.engine_config import engine_core_environment, vllm_config
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import started_engine
 from tests.integration.engine_contract import check_engine_contract
+from tests.unit.test_lora import adapted
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_engine_versions")]
@@ -154,3 +156,15 @@ def test_the_local_engine_keeps_the_engine_protocol(head_engine, head_model_path
     # runner and the service rely on nothing else.
     weights = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32).state_dict()
     check_engine_contract(head_engine, weights)
+
+
+def test_a_merged_adapter_push_serves_the_adapted_policy(head_engine, head_model_path):
+    # `model.lora.push=merged`, for an engine without LoRA: the adapter folded into full weights
+    # under the model's own names, by either route, for a tied and an untied head.
+    policy = adapted(head_model_path, rank=8, seed=2)
+    head_engine.push_weights(merged_weights(policy), version=head_engine.version + 1)
+    turn = head_engine.run(head_engine.generate([1], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
+    mu = torch.tensor(turn.logprobs)
+    assert (trainer_logprobs(policy, [1], turn, 0.8) - mu).abs().max() < 1e-4
+    base = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32)
+    assert (trainer_logprobs(base, [1], turn, 0.8) - mu).abs().max() > 1e-2  # the adapter is in the weights

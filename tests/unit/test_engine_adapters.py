@@ -1,0 +1,72 @@
+"""The bookkeeping of an engine's adapters, against a recording stand-in for vLLM's `AsyncLLM`
+(the real engine's adapters are checked in `tests/integration/test_reference_runs.py`): each push
+loads under a new LoRA id, a request keeps the adapter it started with, and an adapter goes (from
+the engine and from disk) at the first push after it is neither the newest nor in use."""
+
+import asyncio
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from lit_asyncrl.models.lora import LoRASettings
+from lit_asyncrl.rollout.engine_adapters import ADAPTER_FILE, EngineAdapters
+
+
+class RecordingLLM:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    async def add_lora(self, request) -> bool:
+        self.calls.append(("add", request.lora_int_id))
+        return True
+
+    async def remove_lora(self, lora_id: int) -> bool:
+        self.calls.append(("remove", lora_id))
+        return True
+
+
+def push(adapters, llm, version, value=0.0):
+    tensors = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.full((8, 128), value)}
+    return adapters.push(asyncio.run, llm, tensors, version)
+
+
+def test_a_request_keeps_its_adapter_and_unused_adapters_go_at_the_next_push(tmp_path):
+    adapters, llm = EngineAdapters(LoRASettings(rank=8, alpha=32.0), tmp_path), RecordingLLM()
+    timings = push(adapters, llm, version=0, value=1.0)
+    assert timings["bytes"] == 8 * 128 * 4
+    first = adapters.begin()
+    assert (first.lora_id, first.version) == (1, 0)
+    # The adapter's files are peft's: its config (rank, alpha, targets) and the tensors pushed.
+    config = json.loads((tmp_path / "adapter-1-v0" / "adapter_config.json").read_text())
+    assert (config["r"], config["lora_alpha"], sorted(config["target_modules"])) == (8, 32.0, sorted(LoRASettings().target_modules))
+    assert torch.equal(
+        load_file(tmp_path / "adapter-1-v0" / ADAPTER_FILE)["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"],
+        torch.ones(8, 128),
+    )
+
+    push(adapters, llm, version=1)  # version 0 is still in use: it stays
+    second = adapters.begin()
+    assert (second.lora_id, second.version) == (2, 1)
+    assert adapters.resident_versions == [0, 1]
+    adapters.end(first)
+    adapters.end(second)
+    push(adapters, llm, version=2)  # neither is newest nor in use now
+    assert adapters.resident_versions == [2]
+    assert llm.calls == [("add", 1), ("add", 2), ("add", 3), ("remove", 1), ("remove", 2)]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["adapter-3-v2"]
+
+
+def test_the_same_version_pushed_again_gets_a_new_id(tmp_path):
+    # vLLM keeps an adapter it has loaded under its id: reusing one would serve the old tensors.
+    adapters, llm = EngineAdapters(LoRASettings(rank=8), tmp_path), RecordingLLM()
+    push(adapters, llm, version=5)
+    push(adapters, llm, version=5)
+    assert llm.calls == [("add", 1), ("add", 2), ("remove", 1)]
+    assert adapters.begin().lora_id == 2
+
+
+def test_no_request_starts_before_the_first_adapter(tmp_path):
+    with pytest.raises(RuntimeError, match="no adapter loaded yet"):
+        EngineAdapters(LoRASettings(rank=8), tmp_path).begin()
