@@ -276,9 +276,12 @@ class VLLMEngine(EngineLoop):
         (the time the engine stands still: pause -> load -> relabel -> resume).
         """
         if self._adapters is not None:
-            stalled = lambda coroutine: self.run(coroutine, timeout_s=self.config.stall_timeout_s, stalled="an adapter push")  # noqa: E731
-            timings = self._adapters.push(stalled, self._llm, state_dict, version)
-            self.version = version
+            # An adapter the engine no longer needs is dropped without waiting (the call queues
+            # behind the engine's steps); the new one is loaded by the first request that names it.
+            timings = self._adapters.push(
+                state_dict, version, lambda lora_id: asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)
+            )
+            self.version = version  # after the adapter is the newest: no token is older than its group's start
             return timings
         if self._sender is not None:
             return self._send_weights(state_dict, version)

@@ -1,9 +1,8 @@
-"""The bookkeeping of an engine's adapters, against a recording stand-in for vLLM's `AsyncLLM`
-(the real engine's adapters are checked in `tests/integration/test_reference_runs.py`): each push
-loads under a new LoRA id, a request keeps the adapter it started with, and an adapter goes (from
-the engine and from disk) at the first push after it is neither the newest nor in use."""
+"""The bookkeeping of an engine's adapters, with the engine's removal call recorded (the real
+engine's adapters are checked in `tests/integration/test_lora_runs.py`): each push takes a new LoRA
+id, a request keeps the adapter it started with, and an adapter goes (from the engine and from disk)
+at the first push after it is neither the newest nor in use."""
 
-import asyncio
 import json
 
 import pytest
@@ -14,28 +13,15 @@ from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.engine_adapters import ADAPTER_FILE, EngineAdapters
 
 
-class RecordingLLM:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-
-    async def add_lora(self, request) -> bool:
-        self.calls.append(("add", request.lora_int_id))
-        return True
-
-    async def remove_lora(self, lora_id: int) -> bool:
-        self.calls.append(("remove", lora_id))
-        return True
-
-
-def push(adapters, llm, version, value=0.0):
+def push(adapters, removed, version, value=0.0):
     tensors = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.full((8, 128), value)}
-    return adapters.push(asyncio.run, llm, tensors, version)
+    return adapters.push(tensors, version, removed.append)
 
 
 def test_a_request_keeps_its_adapter_and_unused_adapters_go_at_the_next_push(tmp_path):
-    adapters, llm = EngineAdapters(LoRASettings(rank=8, alpha=32.0), tmp_path), RecordingLLM()
-    timings = push(adapters, llm, version=0, value=1.0)
-    assert timings["bytes"] == 8 * 128 * 4
+    adapters, removed = EngineAdapters(LoRASettings(rank=8, alpha=32.0), tmp_path), []
+    timings = push(adapters, removed, version=0, value=1.0)
+    assert (timings["bytes"], timings["pause_s"]) == (8 * 128 * 4, 0.0)
     first = adapters.begin()
     assert (first.lora_id, first.version) == (1, 0)
     # The adapter's files are peft's: its config (rank, alpha, targets) and the tensors pushed.
@@ -46,27 +32,28 @@ def test_a_request_keeps_its_adapter_and_unused_adapters_go_at_the_next_push(tmp
         torch.ones(8, 128),
     )
 
-    push(adapters, llm, version=1)  # version 0 is still in use: it stays
+    push(adapters, removed, version=1)  # version 0 is still in use: it stays
     second = adapters.begin()
     assert (second.lora_id, second.version) == (2, 1)
     assert adapters.resident_versions == [0, 1]
     adapters.end(first)
     adapters.end(second)
-    push(adapters, llm, version=2)  # neither is newest nor in use now
+    assert removed == []
+    push(adapters, removed, version=2)  # neither is newest nor in use now
     assert adapters.resident_versions == [2]
-    assert llm.calls == [("add", 1), ("add", 2), ("add", 3), ("remove", 1), ("remove", 2)]
+    assert removed == [1, 2]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["adapter-3-v2"]
 
 
 def test_the_same_version_pushed_again_gets_a_new_id(tmp_path):
     # vLLM keeps an adapter it has loaded under its id: reusing one would serve the old tensors.
-    adapters, llm = EngineAdapters(LoRASettings(rank=8), tmp_path), RecordingLLM()
-    push(adapters, llm, version=5)
-    push(adapters, llm, version=5)
-    assert llm.calls == [("add", 1), ("add", 2), ("remove", 1)]
+    adapters, removed = EngineAdapters(LoRASettings(rank=8), tmp_path), []
+    push(adapters, removed, version=5)
+    push(adapters, removed, version=5)
+    assert removed == [1]
     assert adapters.begin().lora_id == 2
 
 
 def test_no_request_starts_before_the_first_adapter(tmp_path):
-    with pytest.raises(RuntimeError, match="no adapter loaded yet"):
+    with pytest.raises(RuntimeError, match="no adapter pushed yet"):
         EngineAdapters(LoRASettings(rank=8), tmp_path).begin()
