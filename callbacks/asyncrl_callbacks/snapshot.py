@@ -66,6 +66,10 @@ class SnapshotRetention(Callback):
             (:meth:`has_version`).
         log_metrics: Log ``snapshot/*`` metrics at each training batch end (they are also kept in
             :attr:`metrics`).
+        keep: ``"trainable"`` (default): a snapshot copies the parameters that require a gradient
+            (and the buffers); frozen ones (frozen layers, the base weights under a LoRA adapter)
+            are read from the live module, checked unwritten since the save. ``"all"``: every
+            parameter.
 
     Example::
 
@@ -94,8 +98,9 @@ class SnapshotRetention(Callback):
         pin_memory: bool = True,
         checkpoint_snapshots: bool = False,
         log_metrics: bool = True,
+        keep: str = "trainable",
     ) -> None:
-        self.store = SnapshotStore(max_staleness, max_resident, max_bytes, storage_dtype, pin_memory)
+        self.store = SnapshotStore(max_staleness, max_resident, max_bytes, storage_dtype, pin_memory, keep)
         self.module_attr = module_attr
         self.checkpoint_snapshots = checkpoint_snapshots
         self.log_metrics = log_metrics
@@ -304,7 +309,8 @@ class SnapshotRetention(Callback):
     def _materialise(self, version: int, module: nn.Module) -> dict[str, Tensor]:
         """Host snapshot -> tensors on the live devices (load) in the live dtypes (restore)."""
         host, live = self.store.get(version), module_tensors(module)
-        _check_same_names(version, host, live)
+        shared = self.store.shared_tensors(version, module)  # frozen: read from the live module
+        _check_same_names(version, host, {name: t for name, t in live.items() if name not in shared})
         start = time.perf_counter()
         moved = {name: t.to(live[name].device, non_blocking=t.is_pinned()) for name, t in host.items()}
         devices = {t.device for t in live.values()}
@@ -312,7 +318,7 @@ class SnapshotRetention(Callback):
         if any(d.type != "cpu" for d in devices):  # on CPU nothing moves: load time is 0
             self.metrics["snapshot/load_s"] += time.perf_counter() - start
         start = time.perf_counter()
-        params = {name: t.to(live[name].dtype) for name, t in moved.items()}  # no copy when equal
+        params = {**shared, **{name: t.to(live[name].dtype) for name, t in moved.items()}}  # no copy when equal
         _synchronize(*devices)
         self.metrics["snapshot/restore_s"] += time.perf_counter() - start
         return params

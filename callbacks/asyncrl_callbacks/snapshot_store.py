@@ -20,6 +20,26 @@ def module_tensors(module: nn.Module) -> dict[str, Tensor]:
     return {**dict(module.named_parameters()), **dict(module.named_buffers())}
 
 
+#: What a snapshot copies: "trainable" (the parameters that require a gradient, and the buffers)
+#: or "all" (every parameter and buffer).
+KEEPS = ("trainable", "all")
+
+
+def kept_tensors(module: nn.Module, keep: str) -> dict[str, Tensor]:
+    """The tensors a snapshot of ``module`` copies (``keep``: see :data:`KEEPS`)."""
+    tensors = module_tensors(module)
+    if keep == "all":
+        return tensors
+    frozen = {name for name, parameter in module.named_parameters() if not parameter.requires_grad}
+    return {name: tensor for name, tensor in tensors.items() if name not in frozen}
+
+
+def _identity(tensors: Mapping[str, Tensor]) -> dict[str, tuple[int, int]]:
+    # Storage and in-place-write counter: an optimizer step, a load_state_dict or any other in-place
+    # write moves the counter of the tensor it writes.
+    return {name: (tensor.data_ptr(), tensor._version) for name, tensor in tensors.items()}
+
+
 class SnapshotStore:
     """Snapshots of a module's tensors on the host, one per version.
 
@@ -34,6 +54,10 @@ class SnapshotStore:
             dtype (rotary frequencies lose too much in bf16).
         pin_memory: Use pinned host memory for tensors that come from CUDA (faster, asynchronous
             transfers both ways).
+        keep: ``"trainable"`` (default) copies the parameters that require a gradient and the
+            buffers; a frozen parameter (a frozen layer, the base weights under a LoRA adapter) is
+            read from the live module, which is checked not to have written it since the snapshot
+            was saved. ``"all"`` copies every parameter too.
 
     Raises:
         ValueError: When an argument is out of range or a budget cannot hold every version a token
@@ -47,8 +71,11 @@ class SnapshotStore:
         max_bytes: int | None = None,
         storage_dtype: torch.dtype | str | None = None,
         pin_memory: bool = True,
+        keep: str = "trainable",
     ) -> None:
         storage_dtype = as_dtype(storage_dtype)
+        if keep not in KEEPS:
+            raise ValueError(f"keep={keep!r}: choose one of {', '.join(KEEPS)}")
         if max_staleness is not None:  # None: set later with `set_max_staleness`, before the first save
             _check_budget_arguments(max_staleness, max_resident, max_bytes, storage_dtype)
         self.max_staleness = max_staleness
@@ -56,7 +83,11 @@ class SnapshotStore:
         self.max_bytes = max_bytes
         self.storage_dtype = storage_dtype
         self.pin_memory = pin_memory
+        self.keep = keep
         self._snapshots: dict[int, dict[str, Tensor]] = {}
+        #: Per version, the frozen parameters it reads from the live module, as they were at its save
+        #: (None for a version restored from a checkpoint: the module's own restore writes them).
+        self._shared: dict[int, dict[str, tuple[int, int]] | None] = {}
 
     def set_max_staleness(self, max_staleness: int) -> None:
         """Set the staleness window (e.g. from the rollout side's cap) before any snapshot is saved."""
@@ -102,7 +133,27 @@ class SnapshotStore:
 
     def snapshot_nbytes(self, module: nn.Module) -> int:
         """Bytes one snapshot of ``module`` takes on the host with this store's storage dtype."""
-        return sum(t.numel() * self._host_dtype(t, is_param).itemsize for t, is_param in _tensors_with_kind(module))
+        params = dict(module.named_parameters())
+        return sum(t.numel() * self._host_dtype(t, name in params).itemsize for name, t in kept_tensors(module, self.keep).items())
+
+    def shared_tensors(self, version: int, module: nn.Module) -> dict[str, Tensor]:
+        """The live tensors that ``version``'s snapshot does not hold (its frozen parameters).
+
+        Raises:
+            ValueError: One of them was written since ``version`` was saved (then its snapshot no
+                longer describes that version: use ``keep="all"``).
+        """
+        kept = kept_tensors(module, self.keep)
+        shared = {name: tensor for name, tensor in module_tensors(module).items() if name not in kept}
+        saved = self._shared.get(version)
+        if saved is not None:
+            changed = sorted(name for name, identity in _identity(shared).items() if saved.get(name) != identity)
+            if changed or saved.keys() != shared.keys():
+                raise ValueError(
+                    f"frozen parameters changed since the snapshot of version {version} was saved ({', '.join(changed) or 'which ones are frozen'}): "
+                    'a snapshot with keep="trainable" reads them from the live module; use keep="all"'
+                )
+        return shared
 
     def save(self, module: nn.Module, version: int) -> int:
         """Copy ``module``'s parameters and buffers to the host as ``version``.
@@ -124,12 +175,15 @@ class SnapshotStore:
         nbytes = self.snapshot_nbytes(module)
         self._check_room(nbytes)
         self._snapshots[version] = self._copy_to_host(module)
+        kept = kept_tensors(module, self.keep)
+        self._shared[version] = _identity({name: t for name, t in module_tensors(module).items() if name not in kept})
         return nbytes
 
     def put(self, version: int, tensors: Mapping[str, Tensor]) -> None:
         """Insert host tensors as ``version`` (used to restore checkpointed snapshots)."""
         pin = self.pin_memory and torch.cuda.is_available()
         self._snapshots[version] = {name: t.pin_memory() if pin else t for name, t in tensors.items()}
+        self._shared[version] = None
 
     def drop_stale(self, current_version: int) -> list[int]:
         """Drop versions older than ``current_version - max_staleness``; returns them."""
@@ -149,6 +203,7 @@ class SnapshotStore:
         # Popping the only reference lets the allocator reclaim the host memory at once.
         for version in versions:
             del self._snapshots[version]
+            self._shared.pop(version, None)
         return sorted(versions)
 
     def _check_room(self, nbytes: int) -> None:
@@ -173,7 +228,7 @@ class SnapshotStore:
     def _copy_to_host(self, module: nn.Module) -> dict[str, Tensor]:
         params = dict(module.named_parameters())
         host, cuda_device = {}, None
-        for name, tensor in module_tensors(module).items():
+        for name, tensor in kept_tensors(module, self.keep).items():
             pin = self.pin_memory and tensor.is_cuda
             dtype = self._host_dtype(tensor, name in params)
             copy = torch.empty(tensor.shape, dtype=dtype, device="cpu", pin_memory=pin)
@@ -198,11 +253,6 @@ def as_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
     if not isinstance(resolved, torch.dtype):
         raise ValueError(f"storage_dtype={dtype!r} is not a torch dtype name (e.g. 'bfloat16')")
     return resolved
-
-
-def _tensors_with_kind(module: nn.Module) -> list[tuple[Tensor, bool]]:
-    params = dict(module.named_parameters())
-    return [(t, name in params) for name, t in module_tensors(module).items()]
 
 
 def _nbytes(tensors: Mapping[str, Tensor]) -> int:

@@ -102,6 +102,45 @@ def test_historical_logprobs_equal_a_model_kept_at_each_version(batch):
     assert ref[1, 0] == 0 and ref[2, 3] == 0  # unmasked positions are 0
 
 
+def step_trainable(model: nn.Module, seed: int) -> None:
+    """An optimizer step that moves only the parameters that require a gradient."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+
+
+def test_a_frozen_layer_is_not_copied_and_scores_stay_exact(batch):
+    # As under a LoRA adapter or with the last layers trained: the frozen layers are shared.
+    input_ids, token_versions, loss_mask = batch
+    model = TinyLM()
+    model.embed.requires_grad_(False)
+    callback, copies = SnapshotRetention(max_staleness=2), {}
+    for version in range(3):
+        if version:
+            step_trainable(model, version)
+        callback.save_version(version, model)
+        copies[version] = copy.deepcopy(model)
+    # mix and head (8*8+8 and 8*11+11 floats) and the buffer; not the embedding (11*8).
+    assert callback.metrics["snapshot/size_gb"] * 1024**3 == 4 * (72 + 99 + WIDTH)
+    assert all("embed.weight" not in callback.store.get(v) for v in range(3))
+    ref = callback.historical_logprobs(token_versions, loss_mask, scorer(input_ids))
+    with torch.no_grad():
+        per_version = {v: token_logprobs(m(input_ids), input_ids) for v, m in copies.items()}
+    for b, t in zip(*torch.nonzero(loss_mask, as_tuple=True)):
+        assert torch.allclose(ref[b, t], per_version[token_versions[b, t].item()][b, t], atol=1e-6, rtol=0)
+    with torch.no_grad():
+        model.embed.weight.add_(1.0)  # a frozen tensor written: old snapshots no longer describe their versions
+    with pytest.raises(
+        ValueError, match=r"frozen parameters changed since the snapshot of version 0 was saved \(embed.weight\).*keep=\"all\""
+    ):
+        callback.historical_logprobs(token_versions, loss_mask, scorer(input_ids))
+    everything = SnapshotRetention(max_staleness=2, keep="all")
+    everything.save_version(0, model)
+    assert "embed.weight" in everything.store.get(0)
+
+
 def test_live_module_is_untouched_and_no_gradient_flows(batch):
     input_ids, token_versions, loss_mask = batch
     model, callback = TinyLM(), SnapshotRetention(max_staleness=2)

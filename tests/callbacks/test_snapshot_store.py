@@ -127,6 +127,7 @@ def test_missing_version_names_it_and_the_resident_ones():
         ({"max_staleness": 0, "max_bytes": 0}, "max_bytes"),
         ({"max_staleness": 0, "storage_dtype": torch.int8}, "storage_dtype"),
         ({"max_staleness": 0, "storage_dtype": "bf16"}, "storage_dtype"),
+        ({"max_staleness": 0, "keep": "frozen"}, "keep='frozen': choose one of trainable, all"),
     ],
 )
 def test_invalid_arguments_are_rejected_up_front(kwargs, argument):
