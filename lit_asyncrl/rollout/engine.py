@@ -273,7 +273,7 @@ class VLLMEngine(EngineLoop):
         """Load `state_dict` into the engine in place and label what follows `version`.
 
         Returns timings in seconds: `write_s` (trainer side, engine still running) and `pause_s`
-        (the time the engine stands still: pause -> load -> relabel -> resume).
+        (the time the engine stands still: pause -> load -> relabel -> resume), and the `bytes` sent.
         """
         if self._adapters is not None:
             # An adapter the engine no longer needs is dropped without waiting (the call queues

@@ -81,7 +81,8 @@ class Engine(Protocol):
         """Sample one turn, streaming each piece to `on_tokens`; per-token mu and versions."""
 
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """Load `state_dict` in place and tag what follows `version`; timings `write_s`, `pause_s`."""
+        """Load `state_dict` in place and tag what follows `version`: timings `write_s`, `pause_s`
+        and the `bytes` the engine loads (a LoRA engine takes `state_dict` as the version's adapter)."""
 
     def pause(self) -> None:
         """Freeze generation, requests in flight kept, until `resume` (every piece streamed before
