@@ -17,14 +17,29 @@ LORA_RUN = ["experiment=snapshot", "model.lora.rank=8", *[o for o in STALE_RUN i
 ADAPTER_BYTES = 4 * 2 * 8 * (256 + 192 + 192 + 256 + 384 + 384 + 384)
 
 
-def test_adapter_versions_are_exact_only_the_adapter_trains_and_a_resume_serves_its_adapter(tmp_path):
+def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resume_serves_its_adapter(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
-    run_hydra([*LORA_RUN, "trainer.max_steps=8", "fidelity=true", f"hydra.run.dir={first}"])
+    # The probe, and the final checkpoint the resume starts from (the list replaces conf/trainer's).
+    final = (
+        f"{{_target_:lightning.pytorch.callbacks.ModelCheckpoint,dirpath:'{first}/checkpoints',filename:last,save_on_train_epoch_end:true}}"
+    )
+    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}},{final}]"
+    ddp = ["trainer.devices=2", "trainer.strategy=ddp", probe]
+    run_hydra([*LORA_RUN, "trainer.max_steps=8", "fidelity=true", *ddp, f"hydra.run.dir={first}"])
     # Every token's mu (sampled under its version's adapter, a turn in flight at a push keeping
-    # its own) equals the trainer's log-prob at that version, stale tokens included.
+    # its own) equals the trainer's log-prob at that version, stale tokens included ...
     rows = check_exact_route(first)
     assert ADAPTER_BYTES == 131_072
-    assert [row["rollout/weight_push_bytes"] for row in rows] == [ADAPTER_BYTES] * 8
+    assert [row["rollout/weight_push_bytes"] for row in rows] == [ADAPTER_BYTES] * 8  # rank 0 pushes once per version
+    # ... on both ranks, whose adapters DDP keeps equal (their gradients all-reduced).
+    ranks = [torch.load(tmp_path / "probe" / f"rank{rank}.pt") for rank in (0, 1)]
+    for state in ranks:
+        assert len(state["step_metrics"]) == 8
+        assert all(step["train/ref_behavior_logratio_absmax"] < 1e-4 for step in state["step_metrics"])
+    adapter = {name for name in ranks[0]["live"] if ".lora_" in name}
+    assert len(adapter) == 28
+    for name, tensor in ranks[0]["live"].items():
+        assert torch.equal(tensor, ranks[1]["live"][name]), name
 
     saved = torch.load(first / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
     base = AutoModelForCausalLM.from_pretrained(resolve_model_path(None), dtype=torch.float32).state_dict()
