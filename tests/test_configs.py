@@ -59,6 +59,7 @@ def test_experiment_instantiates(experiment, tmp_path):
             "service_desk_user": 300,
             "service_desk_llm_user": 20,
             "smollm2_arithmetic": 12,
+            "smollm2_lora": 12,
             "smollm2_desk_tools": 6,
             "task_mix": 300,
         }.get(experiment, 500)
