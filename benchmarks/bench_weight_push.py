@@ -1,6 +1,11 @@
 """The weight push (pause, load, relabel, resume) by its two CPU routes, against a plain copy of
 the same bytes.
 
+Each round writes the tensors in place first, as an optimizer does: a push sends only what was written
+since the engine's last one (`changed_tensors.py`). A last set of rows writes only SmolLM2's last 2
+layers, as `model.train_last_layers=2` does, so each push sends those alone; its plain copy still
+copies the whole model.
+
 For each model, two real vLLM engines (fp32) are started, one per route (`rollout.weight_transfer`):
 `file` (a safetensors file in /dev/shm, reloaded by the engine) and `gloo` (vLLM's weight-transfer
 API over a gloo group). Each round pushes the trainer's state dict to both with
@@ -33,19 +38,24 @@ ROUTES = ("file", "gloo")
 MEDIUM = TinyPolicyConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1536)
 
 
-def measure(name: str, path, repeats: int, warmup: int) -> dict:
+def measure(name: str, path, repeats: int, warmup: int, written_layers: int | None = None) -> dict:
+    """`written_layers`: each round writes only the last this many decoder layers (as a run with
+    `model.train_last_layers` does), so a push sends only them; None writes every tensor."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     state = model.state_dict()
+    first_written = model.config.num_hidden_layers - (written_layers or model.config.num_hidden_layers)
+    written = [t for n, t in state.items() if written_layers is None or _layer(n) >= first_written]
     tensors = list({id(t): t for t in state.values()}.values())  # tied tensors once
     buffers = [torch.empty_like(t) for t in tensors]
-    size_gb = sum(t.numel() * t.element_size() for t in tensors) / 1e9
     engines = {route: VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256, weight_transfer=route)) for route in ROUTES}
-    timings: dict[str, dict[str, list[float]]] = {route: {"write_s": [], "pause_s": [], "push_s": []} for route in ROUTES}
+    timings: dict[str, dict[str, list[float]]] = {route: {"write_s": [], "pause_s": [], "push_s": [], "bytes": []} for route in ROUTES}
     copies = []
     try:
         for engine in engines.values():
             engine.start()
         for round_ in range(warmup + repeats):
+            with torch.no_grad():  # a new version: the written tensors change in place, as under an optimizer
+                torch._foreach_add_(written, 1e-6)
             for route in ROUTES if round_ % 2 == 0 else ROUTES[::-1]:
                 started = time.perf_counter()
                 pushed = engines[route].push_weights(state, version=round_ + 1)
@@ -53,6 +63,7 @@ def measure(name: str, path, repeats: int, warmup: int) -> dict:
                     timings[route]["push_s"].append(time.perf_counter() - started)
                     timings[route]["write_s"].append(pushed["write_s"])
                     timings[route]["pause_s"].append(pushed["pause_s"])
+                    timings[route]["bytes"].append(pushed["bytes"])
             started = time.perf_counter()
             torch._foreach_copy_(buffers, tensors)
             if round_ >= warmup:
@@ -63,10 +74,10 @@ def measure(name: str, path, repeats: int, warmup: int) -> dict:
     params = sum(p.numel() for p in model.parameters())
     rows = {
         route: {
-            "model": name,
+            "model": name if written_layers is None else f"{name}, last {written_layers} layers written",
             "route": route,
             "params_m": params / 1e6,
-            "gb": size_gb,
+            "gb": statistics.median(timings[route]["bytes"]) / 1e9,
             **{key: statistics.median(values) for key, values in timings[route].items()},
             "copy_s": statistics.median(copies),
             "ratio": statistics.median(p / c for p, c in zip(timings[route]["push_s"], copies)),
@@ -75,6 +86,12 @@ def measure(name: str, path, repeats: int, warmup: int) -> dict:
     }
     rows["gloo"]["against_file"] = statistics.median(g / f for g, f in zip(timings["gloo"]["push_s"], timings["file"]["push_s"]))
     return list(rows.values())
+
+
+def _layer(name: str) -> int:
+    """The decoder layer a tensor belongs to ("model.layers.3.mlp..." -> 3), -1 for the others."""
+    parts = name.split(".")
+    return int(parts[2]) if parts[:2] == ["model", "layers"] else -1
 
 
 def main() -> None:
@@ -91,6 +108,8 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {repeats}, warm-up {args.warmup}, load {os.getloadavg()[0]:.2f}"
     )
     rows = [row for name, path in models for row in measure(name, path, repeats, args.warmup)]
+    if not args.quick:  # what `model.train_last_layers=2` pushes after the first version
+        rows += measure("SmolLM2-135M", resolve_model_path("smollm2_135m"), repeats, args.warmup, written_layers=2)
     print("| model | route | params | GB pushed | write s | engine pause s | push s | plain copy s | push / copy | target | gloo / file |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|")
     for row in rows:

@@ -127,6 +127,15 @@ def pytest_runtest_setup(item: pytest.Item):
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    yield
+    # A look as the test body ends: the last test on a module-scoped engine may be shorter than a
+    # poll, and that engine is shut down by the teardown before the check below runs.
+    if item.get_closest_marker("engine") is not None:
+        item.stash[_ENGINE_AFTER_CALL] = bool(item.config.stash[_WATCH].engines_now())
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     yield
     # No wait for a last poll: an engine takes many polls to start, and lives through many more.
@@ -138,7 +147,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     # Ray starts its workers (and so the engines placed on them) from its own daemons, which need not
     # be our descendants: a test of the `ray` group counts an engine process anywhere.
     ray_group = any(mark.args == ("ray",) for mark in item.iter_markers("xdist_group"))
-    if marked and not watch.alive_between(start, end) and not (ray_group and watch.ran_anywhere_between(start, end)):
+    ran = watch.alive_between(start, end) or item.stash.get(_ENGINE_AFTER_CALL, False)
+    if marked and not ran and not (ray_group and watch.ran_anywhere_between(start, end)):
         pytest.fail(f"{item.nodeid} has the `engine` mark but no vLLM engine ran during it", pytrace=False)
 
 
@@ -159,3 +169,4 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 _WATCH = pytest.StashKey[EngineWatch]()
 _LISTING = pytest.StashKey[set]()
 _STARTED_AT = pytest.StashKey[float]()
+_ENGINE_AFTER_CALL = pytest.StashKey[bool]()

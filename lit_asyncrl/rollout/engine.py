@@ -29,8 +29,9 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.rollout.changed_tensors import ChangedTensors
 from lit_asyncrl.rollout.engine_adapters import EngineAdapters
-from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, weight_sender
+from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, vllm_device_type, weight_sender
 from lit_asyncrl.rollout.engine_protocol import EngineLoop, TurnOutput
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, standard_start_method
@@ -64,6 +65,7 @@ class VLLMEngine(EngineLoop):
         self._sender = weight_sender(config)
         # With LoRA adapters as versions, each version is an adapter (`engine_adapters.py`).
         self._adapters = EngineAdapters(config.lora, self._weights_dir) if config.serves_adapters else None
+        self._changed = ChangedTensors()  # a new engine is pushed everything once, then what changed
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -117,7 +119,7 @@ class VLLMEngine(EngineLoop):
     async def _create_llm(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        config = vllm_config(self.model_path, self.config, _device_type())
+        config = vllm_config(self.model_path, self.config, vllm_device_type())
         environment = engine_core_environment(self.config, config)
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
@@ -272,25 +274,32 @@ class VLLMEngine(EngineLoop):
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         """Load `state_dict` into the engine in place and label what follows `version`.
 
+        Only the tensors written since this engine's last push travel (`changed_tensors.py`).
         Returns timings in seconds: `write_s` (trainer side, engine still running) and `pause_s`
         (the time the engine stands still: pause -> load -> relabel -> resume), and the `bytes` sent.
         """
         if self._adapters is not None:
-            # An adapter the engine no longer needs is dropped without waiting (the call queues
-            # behind the engine's steps); the new one is loaded by the first request that names it.
-            timings = self._adapters.push(
-                state_dict, version, lambda lora_id: asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)
-            )
+            # An adapter no longer needed is dropped without waiting (the call queues behind the
+            # engine's steps); the new one is loaded by the first request that names it.
+            remove = lambda lora_id: asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)  # noqa: E731
+            timings = self._adapters.push(state_dict, version, remove)
             self.version = version  # after the adapter is the newest: no token is older than its group's start
             return timings
-        if self._sender is not None:
-            return self._send_weights(state_dict, version)
-        start = time.perf_counter()
-        path, nbytes = write_weights_file(state_dict, self.config.torch_dtype(), self._weights_dir)
-        written = time.perf_counter()
-        # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
-        self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
-        return {"write_s": written - start, "pause_s": time.perf_counter() - written, "bytes": float(nbytes)}
+        changed = self._changed.select(state_dict)  # what this engine does not hold yet
+        if not changed:  # nothing written since the last push: only the label moves
+            self.set_version(version)
+            timings = {"write_s": 0.0, "pause_s": 0.0, "bytes": 0.0}
+        elif self._sender is not None:
+            timings = self._send_weights(changed, version)
+        else:
+            start = time.perf_counter()
+            path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir)
+            written = time.perf_counter()
+            # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
+            self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+            timings = {"write_s": written - start, "pause_s": time.perf_counter() - written, "bytes": float(nbytes)}
+        self._changed.sent(state_dict)
+        return timings
 
     def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         """The push over vLLM's weight-transfer API: the engine stands still while the tensors travel."""
@@ -336,9 +345,3 @@ class VLLMEngine(EngineLoop):
             await self._llm.resume_generation()
             self._paused = False
             self._progress()
-
-
-def _device_type() -> str:
-    from vllm.platforms import current_platform
-
-    return current_platform.device_type

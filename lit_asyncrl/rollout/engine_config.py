@@ -134,6 +134,13 @@ def weight_sender(config: EngineConfig) -> WeightSender | None:
     return WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
 
 
+def vllm_device_type() -> str:
+    """vLLM's platform on this machine ("cpu", "cuda", ...)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.device_type
+
+
 def vllm_config(model_path: str, config: EngineConfig, device_type: str) -> Any:
     """vLLM's engine config for `config` on `device_type`, with one CPU worker in the engine core."""
     chosen_start_method = os.environ.get(START_METHOD_VARIABLE)

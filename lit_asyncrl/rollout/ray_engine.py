@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from lit_asyncrl.rollout.changed_tensors import ChangedTensors
 from lit_asyncrl.rollout.engine import VLLMEngine
 from lit_asyncrl.rollout.engine_config import EngineConfig, weight_sender
 from lit_asyncrl.rollout.engine_protocol import EngineDeadError, EngineLoop, TurnOutput
@@ -126,6 +127,9 @@ class RayEngine(EngineLoop):
         #: The trainer side of vLLM's weight-transfer API (None for the `file` route, which
         #: ships the tensors through Ray's object store).
         self._sender = weight_sender(config)
+        #: Only what changed since the actor's last push crosses to it (`changed_tensors.py`); an
+        #: adapter always goes whole.
+        self._changed = ChangedTensors()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -225,8 +229,11 @@ class RayEngine(EngineLoop):
         API, driven through vLLM's Ray client, or else sent through Ray's object store."""
         import ray
 
-        if self._sender is not None:
-            return self._send_weights(state_dict, version)
+        full, state_dict = state_dict, state_dict if self.config.serves_adapters else self._changed.select(state_dict)
+        if self._sender is not None and state_dict:
+            timings = self._send_weights(state_dict, version)
+            self._changed.sent(full)
+            return timings
         start = time.perf_counter()
         tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
         try:
@@ -238,6 +245,7 @@ class RayEngine(EngineLoop):
         except ray.exceptions.RayError as error:
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
         self.version = version
+        self._changed.sent(full)
         # `write_s` here also counts the trip through Ray's object store.
         return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"], "bytes": timings["bytes"]}
 

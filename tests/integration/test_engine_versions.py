@@ -168,3 +168,25 @@ def test_a_merged_adapter_push_serves_the_adapted_policy(head_engine, head_model
     assert (trainer_logprobs(policy, [1], turn, 0.8) - mu).abs().max() < 1e-4
     base = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32)
     assert (trainer_logprobs(base, [1], turn, 0.8) - mu).abs().max() > 1e-2  # the adapter is in the weights
+
+
+def test_only_the_tensors_written_since_the_last_push_travel(head_engine, head_model_path):
+    # As with `model.train_last_layers=1`: after the first push, the frozen layers never travel again.
+    model = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32)
+    head_engine.push_weights(model.state_dict(), version=head_engine.version + 1)  # new tensors: all sent
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # in place, as an optimizer step writes
+        for name, parameter in model.named_parameters():
+            if name.startswith("model.layers.1."):
+                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    pushed = head_engine.push_weights(model.state_dict(), version=head_engine.version + 1)
+    # Layer 1 of the tiny policy: q, k, v, o, gate, up, down, the q/k norms and the two layer norms, fp32.
+    layer_1 = 128 * 128 + 64 * 128 + 64 * 128 + 128 * 128 + 3 * 256 * 128 + 64 + 64 + 128 + 128
+    assert pushed["bytes"] == 4 * layer_1 == 591_360
+    turn = head_engine.run(head_engine.generate([1], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
+    assert turn.versions == [head_engine.version] * 40
+    assert (trainer_logprobs(model, [1], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4
+    # Nothing written since: nothing travels, and the tokens after it carry the new label.
+    assert head_engine.push_weights(model.state_dict(), version=head_engine.version + 1)["bytes"] == 0
+    turn = head_engine.run(head_engine.generate([1], max_tokens=4, temperature=0.8, ignore_eos=True), timeout_s=60)
+    assert turn.versions == [head_engine.version] * 4

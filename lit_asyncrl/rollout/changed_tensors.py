@@ -1,0 +1,42 @@
+"""What of a state dict one engine still needs: the tensors written since its last push.
+
+An engine starts from the model folder and is first pushed every tensor; after that, a tensor whose
+storage and in-place-write counter are those it had at the engine's last push holds the values the
+engine already has, and is not sent again. Frozen parameters (frozen layers, `model.train_last_layers`)
+are never written, so after the first push only the trained tensors travel. The optimizer writes every
+trained tensor in place, and a tensor built anew for a push (e.g. a merged LoRA weight) has new storage,
+so both always count as written. A sharded tensor (FSDP2's DTensor) is always sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+
+def _identity(tensor: torch.Tensor) -> tuple[int, int] | None:
+    if hasattr(tensor, "to_local"):  # a DTensor: its local shard is what the optimizer writes
+        return None
+    return tensor.data_ptr(), tensor._version
+
+
+class ChangedTensors:
+    """Per engine: `select` what to push, `sent` once the push has arrived."""
+
+    def __init__(self) -> None:
+        self._at_last_push: dict[str, tuple[int, int] | None] | None = None  # None: nothing sent yet
+
+    def select(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors of `state_dict` written since the last push `sent` recorded (all, the first time)."""
+        if self._at_last_push is None:
+            return dict(state_dict)
+        return {
+            name: tensor
+            for name, tensor in state_dict.items()
+            if (identity := _identity(tensor)) is None or self._at_last_push.get(name) != identity
+        }
+
+    def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """The engine now holds the values of every tensor of `state_dict` (the full one `select` was given)."""
+        self._at_last_push = {name: _identity(tensor) for name, tensor in state_dict.items()}
