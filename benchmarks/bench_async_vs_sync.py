@@ -54,6 +54,10 @@ class ThroughputMeter(L.Callback):
             batch = next_batch(timeout_s)
             if self.started is not None:
                 self.batch_wait_s += time.perf_counter() - started
+                # The version gaps of the policy tokens this step trains on (the module logs its per-gap
+                # buckets to the loggers only, and this run has none).
+                gaps = trainer.global_step - batch["versions"][batch["loss_mask"]]
+                self.gaps.update(gaps.tolist())
             return batch
 
         rollouts.next_batch = timed_next_batch
@@ -66,10 +70,6 @@ class ThroughputMeter(L.Callback):
         elif step > self.skip:
             metrics = trainer.callback_metrics
             self.tokens += int(metrics["train/policy_tokens"])
-            # The loss strategies log trained tokens per version-gap bucket: train/policy_tokens/gap_<n>.
-            for key, value in metrics.items():
-                if key.startswith("train/policy_tokens/gap_"):
-                    self.gaps[int(key.rsplit("_", 1)[1])] += int(value)
             self.ended = time.perf_counter()
             self.produced, self.dropped_stale = float(metrics["rollout/produced"]), float(metrics["rollout/dropped_stale"])
 

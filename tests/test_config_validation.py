@@ -122,6 +122,12 @@ MALFORMED = [
     (["loss=decoupled_ppo", "reference=snapshot", "loss.discrepancy_bounds=[0.5,0.9]"], "discrepancy_bounds"),
     (["loss=decoupled_ppo", "reference=ewma", "reference.beta=1.5"], "reference.beta"),
     (["loss=decoupled_ppo", "reference=ewma", "reference.beta=0"], "reference.beta"),
+    (["model.lora.rank=-1"], "model.lora.rank must be an integer >= 0"),
+    (["model.lora.rank=8", "model.lora.push=delta"], "model.lora.push='delta'"),
+    (["model.lora.rank=8", "model.train_last_layers=1"], "set one of them"),
+    # Tied to model.lora in the Hydra config: Hydra refuses to set it alone, naming it.
+    (["model.lora.rank=8", "rollout.lora.rank=16"], "Could not override 'rollout.lora.rank'"),
+    (["experiment=interrupt_sync", "model.lora.rank=8"], "reference=interrupt_sync with model.lora.push=adapter"),
     (["rollout.max_version_gap=-1"], "rollout.max_version_gap"),
     (["rollout.max_version_gap=1.5"], "rollout.max_version_gap"),
     (["rollout.group_size=0"], "rollout.group_size"),

@@ -6,6 +6,7 @@
 2. One turn spanning an in-place weight update: the trainer's log-probs at each token's own
    version against the engine's mu. fp32 engine: within 1e-4. bf16 engine (the paper's setting):
    measured, finite, printed (`pytest -s`), and far above the fp32 engine's.
+3. One episode across a LoRA adapter push: each turn on its own adapter, exactly.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import threading
 
 import pytest
 import torch
+from peft import set_peft_model_state_dict
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from lit_asyncrl.envs import ServiceDeskEnv, ServiceDeskToolsEnv
 from lit_asyncrl.models import resolve_model_path
+from lit_asyncrl.models.lora import LoRASettings, adapter_weights
 from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.episode_format import ChatTemplateFormat
@@ -30,7 +34,8 @@ from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.tool_call_format import ChatToolFormat
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.warm_start import WarmStart
-from tests.integration.conftest import started_engine
+from tests.integration.conftest import SMALL_KV_CACHE_BYTES, started_engine
+from tests.unit.test_lora import adapted
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_real_model")]
@@ -225,3 +230,56 @@ def test_bf16_engine_gap_is_measured_and_finite(smollm2_path, tokenizer):
     assert torch.isfinite(own).all()
     # The paper's training-inference gap: far above fp32 numerical noise (measured mean ~3e-2).
     assert 1e-3 < own.mean() < 0.5
+
+
+def test_an_episode_across_an_adapter_push_keeps_each_turns_adapter_exactly(smollm2_path, tokenizer):
+    # LoRA adapters as versions (`model.lora.push=adapter`): a turn in flight at a push finishes on
+    # the adapter it started with, the next turn runs under the new one; the fp32 engine's mu equals
+    # the trainer's peft policy at each turn's own version within 1e-4, and not the other's.
+    settings = LoRASettings(rank=8)
+    config = EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, lora=settings, max_loras=4)
+    engine = VLLMEngine(smollm2_path, config)
+    engine.start()
+    try:
+        policy = adapted(smollm2_path, rank=8, seed=1)
+        first = {name: tensor.clone() for name, tensor in adapter_weights(policy).items()}
+        engine.push_weights(first, version=1)
+        prompt = tokenizer.encode(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": "Tell me about the sea."}], add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )
+        streamed, started = [0], threading.Event()
+
+        def on_tokens(ids, logprobs):
+            streamed[0] += len(ids)
+            if streamed[0] >= 8:
+                started.set()
+
+        pending = asyncio.run_coroutine_threadsafe(
+            engine.generate(prompt, max_tokens=40, temperature=1.0, ignore_eos=True, on_tokens=on_tokens), engine.loop
+        )
+        assert started.wait(120)
+        second = {name: tensor + 0.05 * torch.randn_like(tensor) if ".lora_B." in name else tensor for name, tensor in first.items()}
+        pushed = engine.push_weights(second, version=2)  # while the first turn is in flight
+        assert pushed["bytes"] == 4 * 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) == 9_768_960
+        first_turn = pending.result(timeout=300)
+        assert streamed[0] == 40 > 8 and first_turn.versions == [1] * 40  # finished on its adapter
+        context = prompt + first_turn.token_ids + tokenizer.encode("\nAnd the sky?\n", add_special_tokens=False)
+        second_turn = engine.run(engine.generate(context, max_tokens=20, temperature=1.0, ignore_eos=True), timeout_s=300)
+        assert second_turn.versions == [2] * 20
+    finally:
+        engine.shutdown()
+    pi = {}
+    for version, adapter in ((1, first), (2, second)):
+        set_peft_model_state_dict(policy, adapter)
+        for turn, start in ((first_turn, prompt), (second_turn, context)):
+            ids = torch.tensor([start + turn.token_ids])
+            with torch.no_grad():
+                pi[version, len(start)] = token_logprobs(policy, ids, torch.ones_like(ids), 1.0)[0, len(start) :]
+    own = torch.cat([pi[1, len(prompt)], pi[2, len(context)]])
+    other = torch.cat([pi[2, len(prompt)], pi[1, len(context)]])
+    mu = torch.tensor(first_turn.logprobs + second_turn.logprobs)
+    assert (own - mu).abs().max() < 1e-4
+    assert (other - mu).abs().max() > 1e-2

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.before_fit import check_lora_supported
+from lit_asyncrl.fsdp import FSDP2Strategy
 from lit_asyncrl.models.lora import LoRASettings, adapter_weights, add_adapter, engine_weights, merged_weights
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference
@@ -122,3 +123,6 @@ def test_combinations_the_engines_cannot_serve_are_refused():
             check_lora_supported(adapter, adapter, reference, strategy=None)
         check_lora_supported(merged, merged, reference, strategy=None)  # full weights: as without LoRA
     check_lora_supported(adapter, adapter, SnapshotReference(), strategy=None)
+    with pytest.raises(ValueError, match="model.lora.rank=8 under trainer.strategy=fsdp2: not supported yet; use trainer.strategy=ddp"):
+        check_lora_supported(adapter, adapter, SnapshotReference(), strategy=FSDP2Strategy())
+    check_lora_supported(LoRASettings(), LoRASettings(), SnapshotReference(), strategy=FSDP2Strategy())  # no adapter
