@@ -170,20 +170,25 @@ def perturbed_copy(path, seed: int) -> torch.nn.Module:
     return model
 
 
+def turn_in_flight(engine: VLLMEngine, prompt: list[int], max_tokens: int, temperature: float, after: int):
+    """A turn started on the engine's loop: (its future, [tokens streamed so far], an event set once
+    `after` tokens have streamed), so a push can land in the middle of it."""
+    streamed, reached = [0], threading.Event()
+
+    def on_tokens(ids, logprobs):
+        streamed[0] += len(ids)
+        if streamed[0] >= after:
+            reached.set()
+
+    turn = engine.generate(prompt, max_tokens=max_tokens, temperature=temperature, ignore_eos=True, on_tokens=on_tokens)
+    return asyncio.run_coroutine_threadsafe(turn, engine.loop), streamed, reached
+
+
 def one_turn_across_an_update(engine: VLLMEngine, old_model, new_model, prompt: list[int], temperature: float):
     """(mu, versions, pi at the old version, pi at the new version) for a turn with a mid-turn swap."""
     old_version = engine.version
     engine.push_weights(old_model.state_dict(), version=old_version)
-    streamed, enough_old_tokens = [0], threading.Event()
-
-    def on_tokens(ids, logprobs):
-        streamed[0] += len(ids)
-        if streamed[0] >= 12:
-            enough_old_tokens.set()
-
-    pending = asyncio.run_coroutine_threadsafe(
-        engine.generate(prompt, max_tokens=60, temperature=temperature, ignore_eos=True, on_tokens=on_tokens), engine.loop
-    )
+    pending, _, enough_old_tokens = turn_in_flight(engine, prompt, max_tokens=60, temperature=temperature, after=12)
     assert enough_old_tokens.wait(120)
     # Paused at once: writing 538 MB of weights takes longer than the rest of the turn would, and
     # the swap must come in the middle of the turn (the push resumes generation when it is done).
@@ -250,16 +255,7 @@ def test_an_episode_across_an_adapter_push_keeps_each_turns_adapter_exactly(smol
             ),
             add_special_tokens=False,
         )
-        streamed, started = [0], threading.Event()
-
-        def on_tokens(ids, logprobs):
-            streamed[0] += len(ids)
-            if streamed[0] >= 8:
-                started.set()
-
-        pending = asyncio.run_coroutine_threadsafe(
-            engine.generate(prompt, max_tokens=40, temperature=1.0, ignore_eos=True, on_tokens=on_tokens), engine.loop
-        )
+        pending, streamed, started = turn_in_flight(engine, prompt, max_tokens=40, temperature=1.0, after=8)
         assert started.wait(120)
         second = {name: tensor + 0.05 * torch.randn_like(tensor) if ".lora_B." in name else tensor for name, tensor in first.items()}
         pushed = engine.push_weights(second, version=2)  # while the first turn is in flight
