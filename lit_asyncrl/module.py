@@ -14,6 +14,7 @@ from torchmetrics import MeanMetric
 
 from lit_asyncrl.eval_metrics import HeldOutMetrics
 from lit_asyncrl.fidelity import ReferenceFidelity
+from lit_asyncrl.frozen_checkpoint import leave_out_frozen, restore_frozen
 from lit_asyncrl.fsdp import FSDP2Strategy, shard_policy
 from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
@@ -90,6 +91,13 @@ class AsyncRLModule(L.LightningModule):
         self.eval_metrics: HeldOutMetrics | None = None
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Frozen parameters (the base under an adapter, frozen layers) come back from the model folder.
+        leave_out_frozen(checkpoint, self, str(self.hparams.model_path))
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        restore_frozen(checkpoint, self, str(self.hparams.model_path))
 
     def configure_model(self) -> None:
         # Under trainer.strategy=fsdp2 (Lightning's ModelParallelStrategy) the module shards itself.

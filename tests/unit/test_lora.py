@@ -126,3 +126,22 @@ def test_combinations_the_engines_cannot_serve_are_refused():
     with pytest.raises(ValueError, match="model.lora.rank=8 under trainer.strategy=fsdp2: not supported yet; use trainer.strategy=ddp"):
         check_lora_supported(adapter, adapter, SnapshotReference(), strategy=FSDP2Strategy())
     check_lora_supported(LoRASettings(), LoRASettings(), SnapshotReference(), strategy=FSDP2Strategy())  # no adapter
+
+
+def test_a_checkpoint_holds_what_trains_and_a_resume_takes_the_rest_from_the_model_folder(model_path):
+    module = AsyncRLModule(model_path=model_path, lora=LoRASettings(rank=8))
+    with torch.no_grad():
+        for name, parameter in module.policy.named_parameters():
+            if ".lora_B." in name:
+                parameter.normal_(0, 0.1)  # as after some steps
+    checkpoint = {"state_dict": module.state_dict()}
+    module.on_save_checkpoint(checkpoint)
+    assert len(checkpoint["state_dict"]) == 28 and all(".lora_" in name for name in checkpoint["state_dict"])  # no base weight
+    resumed = AsyncRLModule(model_path=model_path, lora=LoRASettings(rank=8))
+    resumed.on_load_checkpoint(checkpoint)
+    resumed.load_state_dict(checkpoint["state_dict"])  # strict: the frozen weights are back
+    for name, tensor in module.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+    other = {**checkpoint, "frozen_parameters_from": "/elsewhere/model"}
+    with pytest.raises(ValueError, match="left out the frozen parameters of /elsewhere/model"):
+        resumed.on_load_checkpoint(other)
