@@ -57,8 +57,6 @@ PUBLIC_UNDERSCORED = {"_exit", "_replace", "_asdict", "_fields", "_make"}
 THIRD_PARTY_WORKAROUNDS = {
     # Lightning's child-process watcher has no public way to stop watching ranks we end ourselves.
     ("lifecycle.py", "_child_processes"),
-    # A tensor's in-place-write counter (what autograd checks saved tensors with) has no public name.
-    ("rollout/changed_tensors.py", "_version"),
 }
 
 

@@ -34,10 +34,18 @@ def kept_tensors(module: nn.Module, keep: str) -> dict[str, Tensor]:
     return {name: tensor for name, tensor in tensors.items() if name not in frozen}
 
 
-def _identity(tensors: Mapping[str, Tensor]) -> dict[str, tuple[int, int]]:
-    # Storage and in-place-write counter: an optimizer step, a load_state_dict or any other in-place
-    # write moves the counter of the tensor it writes.
-    return {name: (tensor.data_ptr(), tensor._version) for name, tensor in tensors.items()}
+def tensor_identity(tensor: Tensor) -> tuple[int, int] | None:
+    """What changes when a tensor's values may have: its storage and its in-place-write counter (an
+    optimizer step, a ``load_state_dict`` or any other in-place write moves the counter of the tensor
+    it writes; autograd checks saved tensors with it). None for a sharded tensor (a DTensor), whose
+    local shard is what gets written: never known to be unchanged."""
+    if hasattr(tensor, "to_local"):
+        return None
+    return tensor.data_ptr(), tensor._version
+
+
+def _identity(tensors: Mapping[str, Tensor]) -> dict[str, tuple[int, int] | None]:
+    return {name: tensor_identity(tensor) for name, tensor in tensors.items()}
 
 
 class SnapshotStore:
@@ -87,7 +95,7 @@ class SnapshotStore:
         self._snapshots: dict[int, dict[str, Tensor]] = {}
         #: Per version, the frozen parameters it reads from the live module, as they were at its save
         #: (None for a version restored from a checkpoint: the module's own restore writes them).
-        self._shared: dict[int, dict[str, tuple[int, int]] | None] = {}
+        self._shared: dict[int, dict[str, tuple[int, int] | None] | None] = {}
 
     def set_max_staleness(self, max_staleness: int) -> None:
         """Set the staleness window (e.g. from the rollout side's cap) before any snapshot is saved."""
@@ -147,7 +155,7 @@ class SnapshotStore:
         shared = {name: tensor for name, tensor in module_tensors(module).items() if name not in kept}
         saved = self._shared.get(version)
         if saved is not None:
-            changed = sorted(name for name, identity in _identity(shared).items() if saved.get(name) != identity)
+            changed = sorted(name for name, identity in _identity(shared).items() if identity is None or saved.get(name) != identity)
             if changed or saved.keys() != shared.keys():
                 raise ValueError(
                     f"frozen parameters changed since the snapshot of version {version} was saved ({', '.join(changed) or 'which ones are frozen'}): "

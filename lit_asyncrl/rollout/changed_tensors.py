@@ -5,7 +5,8 @@ storage and in-place-write counter are those it had at the engine's last push ho
 engine already has, and is not sent again. Frozen parameters (frozen layers, `model.train_last_layers`)
 are never written, so after the first push only the trained tensors travel. The optimizer writes every
 trained tensor in place, and a tensor built anew for a push (e.g. a merged LoRA weight) has new storage,
-so both always count as written. A sharded tensor (FSDP2's DTensor) is always sent.
+so both always count as written. A sharded tensor (FSDP2's DTensor) is always sent. The identity is the
+one snapshot retention checks frozen parameters with (`asyncrl_callbacks.snapshot_store.tensor_identity`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-
-
-def _identity(tensor: torch.Tensor) -> tuple[int, int] | None:
-    if hasattr(tensor, "to_local"):  # a DTensor: its local shard is what the optimizer writes
-        return None
-    return tensor.data_ptr(), tensor._version
+from asyncrl_callbacks.snapshot_store import tensor_identity
 
 
 class ChangedTensors:
@@ -34,9 +30,9 @@ class ChangedTensors:
         return {
             name: tensor
             for name, tensor in state_dict.items()
-            if (identity := _identity(tensor)) is None or self._at_last_push.get(name) != identity
+            if (identity := tensor_identity(tensor)) is None or self._at_last_push.get(name) != identity
         }
 
     def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """The engine now holds the values of every tensor of `state_dict` (the full one `select` was given)."""
-        self._at_last_push = {name: _identity(tensor) for name, tensor in state_dict.items()}
+        self._at_last_push = {name: tensor_identity(tensor) for name, tensor in state_dict.items()}
