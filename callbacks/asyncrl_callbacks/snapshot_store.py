@@ -151,8 +151,7 @@ class SnapshotStore:
             ValueError: One of them was written since ``version`` was saved (then its snapshot no
                 longer describes that version: use ``keep="all"``).
         """
-        kept = kept_tensors(module, self.keep)
-        shared = {name: tensor for name, tensor in module_tensors(module).items() if name not in kept}
+        shared = self._frozen_tensors(module)
         saved = self._shared.get(version)
         if saved is not None:
             changed = sorted(name for name, identity in _identity(shared).items() if identity is None or saved.get(name) != identity)
@@ -183,8 +182,7 @@ class SnapshotStore:
         nbytes = self.snapshot_nbytes(module)
         self._check_room(nbytes)
         self._snapshots[version] = self._copy_to_host(module)
-        kept = kept_tensors(module, self.keep)
-        self._shared[version] = _identity({name: t for name, t in module_tensors(module).items() if name not in kept})
+        self._shared[version] = _identity(self._frozen_tensors(module))
         return nbytes
 
     def put(self, version: int, tensors: Mapping[str, Tensor]) -> None:
@@ -232,6 +230,11 @@ class SnapshotStore:
                 f"max_bytes={self.max_bytes} reached ({self.resident_bytes} bytes resident in versions "
                 f"{list(self.versions)}, {nbytes} more needed); call release_unreferenced or raise max_bytes."
             )
+
+    def _frozen_tensors(self, module: nn.Module) -> dict[str, Tensor]:
+        """The module's tensors a snapshot does not copy (none with keep="all")."""
+        kept = kept_tensors(module, self.keep)
+        return {name: tensor for name, tensor in module_tensors(module).items() if name not in kept}
 
     def _copy_to_host(self, module: nn.Module) -> dict[str, Tensor]:
         params = dict(module.named_parameters())

@@ -229,13 +229,13 @@ class RayEngine(EngineLoop):
         API, driven through vLLM's Ray client, or else sent through Ray's object store."""
         import ray
 
-        full, state_dict = state_dict, state_dict if self.config.serves_adapters else self._changed.select(state_dict)
-        if self._sender is not None and state_dict:
-            timings = self._send_weights(state_dict, version)
-            self._changed.sent(full)
+        changed = state_dict if self.config.serves_adapters else self._changed.select(state_dict)
+        if self._sender is not None and changed:
+            timings = self._send_weights(changed, version)
+            self._changed.sent(state_dict)
             return timings
         start = time.perf_counter()
-        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
+        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in changed.items()}
         try:
             timings = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.config.stall_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -245,7 +245,7 @@ class RayEngine(EngineLoop):
         except ray.exceptions.RayError as error:
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
         self.version = version
-        self._changed.sent(full)
+        self._changed.sent(state_dict)
         # `write_s` here also counts the trip through Ray's object store.
         return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"], "bytes": timings["bytes"]}
 
