@@ -4,6 +4,7 @@ point, module and Lightning loggers (two steps on `test_second_service`'s replay
 from __future__ import annotations
 
 import csv
+import tempfile
 
 import pytest
 
@@ -47,7 +48,11 @@ def test_tensorboard_writes_event_files_beside_the_csv_log(tmp_path):
 
 
 def test_wandb_writes_an_offline_run_beside_the_csv_log(tmp_path, monkeypatch):
+    # wandb makes two temp dirs when imported and removes them only as the process exits: made in
+    # the test's dir, they cannot outlive the worker in /tmp and hold up the session's leftover check.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     pytest.importorskip("wandb")
+    monkeypatch.undo()
     monkeypatch.setenv("WANDB_SILENT", "true")
     two_steps(tmp_path, "wandb")
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
