@@ -14,7 +14,8 @@ snapshots of its own, scores every policy token under the version that sampled i
   mask log no disagreement).
 
 The training itself is unchanged: the shadow only measures. It costs one snapshot per version and
-one extra forward per distinct stale version in a batch.
+one extra forward per distinct stale version in a batch. With `fidelity_proxies` it also measures
+other proxies on the same tokens (`lit_asyncrl.fidelity_panel`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 from asyncrl_callbacks import SnapshotRetention
 from typing_extensions import override
 
+from lit_asyncrl.fidelity_panel import ProxyPanel
 from lit_asyncrl.gap_stats import abs_stats_by_gap, fraction_by_gap
 from lit_asyncrl.losses import LossInputs, LossStrategy
 from lit_asyncrl.reference.snapshot import SnapshotReference
@@ -51,16 +53,18 @@ class ReferenceFidelity:
     """Exact old log-probs beside the run's reference, and the per-gap distances to them.
 
     Args:
+        proxies: other proxies to measure beside the run's own (`fidelity_panel.make_proxy` names).
         fallback_window: versions kept behind the newest when training without a rollout service
             (with one, the shadow follows its staleness cap and frees versions no token refers to).
     """
 
-    def __init__(self, fallback_window: int = 8) -> None:
+    def __init__(self, proxies: list[str] | tuple[str, ...] = (), fallback_window: int = 8) -> None:
         self.exact: SnapshotReference = _ShadowSnapshots()
+        self.panel = ProxyPanel(list(proxies)) if proxies else None
         self.fallback_window = fallback_window
 
     def callbacks(self) -> list[L.Callback]:
-        return [self.exact.retention]
+        return [self.exact.retention, *(self.panel.callbacks() if self.panel is not None else [])]
 
     def bind(self, rollouts: RolloutService | None) -> None:
         """Follow the rollout service's staleness cap and live versions (called once per fit by the
@@ -83,15 +87,20 @@ class ReferenceFidelity:
         """
         with torch.no_grad():
             exact = self.exact.ref_logprobs(batch, inputs.logprobs.detach(), version)
-            return fidelity_metrics(
+            finite = _finite(inputs)
+            metrics = fidelity_metrics(
                 proxy_logprobs=loss_fn.proxy_logprobs(inputs),
                 exact_logprobs=exact,
                 loss_mask=inputs.loss_mask,
                 version_gap=inputs.version_gap,
                 applied_mask=applied_mask,
                 exact_mask=loss_fn.discrepancy_mask_under(inputs, exact),
-                finite=_finite(inputs),
+                finite=finite,
             )
+            if self.panel is not None:
+                tokens = inputs.loss_mask & finite & torch.isfinite(exact)
+                metrics.update(self.panel.metrics(loss_fn, inputs, exact, batch, version, tokens))
+            return metrics
 
 
 def fidelity_metrics(

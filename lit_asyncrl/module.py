@@ -49,6 +49,8 @@ class AsyncRLModule(L.LightningModule):
             Makes a real model's step affordable on a CPU: frozen layers run forward only.
         fidelity: also compute exact old log-probs from snapshots of its own and log how far the
             reference in use is from them, per version gap (`fidelity/*`; see `lit_asyncrl.fidelity`).
+        fidelity_proxies: other proxies the shadow measures on the same tokens, e.g.
+            `["async_recompute", "linear_prox", "ewma", "ewma_0.9"]` (`lit_asyncrl.fidelity_panel`).
         lora: train a LoRA adapter (peft) instead of the model's weights (`LoRASettings`; rank 0,
             the default, trains the weights): the optimizer sees the adapter's parameters only.
     """
@@ -63,6 +65,7 @@ class AsyncRLModule(L.LightningModule):
         entropy_coef: float = 0.0,
         train_last_layers: int | None = None,
         fidelity: bool = False,
+        fidelity_proxies: list[str] | None = None,
         lora: LoRASettings | Mapping | None = None,
     ) -> None:
         super().__init__()
@@ -77,7 +80,9 @@ class AsyncRLModule(L.LightningModule):
         self.hparams["lora"] = dataclasses.asdict(self.lora)
         self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
         self.reference = reference if reference is not None else NoReference()
-        self.fidelity = ReferenceFidelity() if fidelity else None
+        if fidelity_proxies and not fidelity:
+            raise ValueError("fidelity_proxies are measured by the fidelity shadow: set fidelity=true")
+        self.fidelity = ReferenceFidelity(proxies=list(fidelity_proxies or ())) if fidelity else None
         _check_loss_and_reference(self.loss_fn, self.reference)
         if self.lora.enabled and train_last_layers is not None:
             raise ValueError("model.lora.rank > 0 trains an adapter, model.train_last_layers the model's last layers: set one of them")
