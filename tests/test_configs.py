@@ -4,6 +4,7 @@ the Lightning CLI configs build the same objects as their Hydra experiments."""
 import dataclasses
 from pathlib import Path
 
+import lightning as L
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
@@ -243,3 +244,31 @@ def test_the_datamodule_takes_the_rollout_settings_whole():
         "seed": "${seed}",
         "service": {"_target_": "lit_asyncrl.rollout.vllm_service_factory.VLLMServiceFactory"},
     }
+
+
+def test_ppo_ewma_is_the_papers_method_with_beta_from_the_staleness_window(tmp_path):
+    from tests.unit.lightning_helpers import make_trainer
+    from tests.unit.test_training_step import FakeRollouts, ListDataModule, all_version, make_batch
+
+    cfg = compose_train(["experiment=ppo_ewma", "rollout.max_version_gap=3", f"hydra.run.dir={tmp_path}"])
+    assert cfg.reference.beta is None  # no fixed decay: W/(W+2)
+    assert compose_train(["experiment=ppo_ewma_beta075", f"hydra.run.dir={tmp_path}"]).reference.beta == 0.75
+    module = instantiate(cfg.module, _convert_="all")
+    (ewma,) = module.reference.callbacks()
+    batches = [
+        make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0]),
+        make_batch({0: [0, 0, 1], 1: [1, 1], 2: [0], 3: [1, 1]}, [1.0, 0.0, 0.0, 1.0]),  # gaps up to 1
+        make_batch({0: [1, 1, 2], 1: [2, 2], 2: [1], 3: [2, 2]}, [0.0, 1.0, 0.0, 1.0]),  # gaps up to 1
+        make_batch({0: [0, 1, 3], 1: [3, 3], 2: [2], 3: [3, 3]}, [1.0, 1.0, 0.0, 0.0]),  # a gap of 3
+    ]
+    betas = []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            betas.append(ewma.beta)  # the decay of the previous step's update
+
+    trainer = make_trainer(len(batches), [Record()])
+    trainer.fit(module, datamodule=ListDataModule(batches, FakeRollouts()))
+    betas.append(ewma.beta)
+    # before any gap W = 2 (beta 0.5); then the largest gap seen is 0, 1, 1, 3: beta = 0, 1/3, 1/3, 3/5
+    assert betas == pytest.approx([0.5, 0.0, 1 / 3, 1 / 3, 0.6])

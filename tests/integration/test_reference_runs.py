@@ -103,13 +103,15 @@ def check_ppo_ewma(run_dir) -> None:
     assert rows[0]["train/ref_behavior_logratio_absmax"] < 1e-4
     # Later the average mixes versions, so it is no longer the sampling policy of stale tokens.
     assert max(row["train/ref_behavior_logratio_absmax"] for row in rows[1:]) > 1e-4
-    # Fidelity: at step 0 the average is version 0 itself (exact); once tokens are stale, a beta of
-    # 0.75 (the experiment's) keeps older weights than the token's own version and the shadow sees it.
+    # Fidelity: at step 0 the average is version 0 itself (exact); once tokens are stale, beta > 0
+    # keeps older weights than the token's own version and the shadow sees it.
     assert rows[0]["fidelity/logratio_absmax"] <= 1e-5
     stale = [row for row in rows if row["train/version_gap_max"] >= 1]
     assert stale and max(row["fidelity/logratio_absmean"] for row in stale) > 1e-3
+    window = 0.0  # the paper's decay: beta = W/(W+2), W the largest version gap seen so far
     for row in rows:
-        assert row["reference/ewma_beta"] == pytest.approx(0.75)
+        window = max(window, row["train/version_gap_max"])
+        assert row["reference/ewma_beta"] == pytest.approx(window / (window + 2))
         assert 0 <= row["reference/low_mask_streak"] <= 3 and row["reference/low_mask_streak"].is_integer()
         assert row["reference/ewma_resets"].is_integer()
     resets = [row["reference/ewma_resets"] for row in rows]
