@@ -100,7 +100,24 @@ class ReferenceFidelity:
             if self.panel is not None:
                 tokens = inputs.loss_mask & finite & torch.isfinite(exact)
                 metrics.update(self.panel.metrics(loss_fn, inputs, exact, batch, version, tokens))
+                metrics.update(self._version_drift(batch, inputs, version, tokens))
             return metrics
+
+    def _version_drift(self, batch: dict, inputs: LossInputs, version: int, tokens: torch.Tensor) -> dict[str, float]:
+        """`fidelity/version_drift_absmean|absmax`: |log pi_v - log pi_(v-1)| on the batch's policy
+        tokens, how far the last update moved the policy (the regime map's drift per version,
+        measured on every step whatever the batch's version gaps). Absent when version v-1 is no
+        longer held (no token refers to it)."""
+        previous = version - 1
+        if previous < 0 or not self.exact.retention.has_version(previous):
+            return {}
+        at_previous = {**batch, "versions": torch.where(inputs.loss_mask, previous, batch["versions"])}
+        current = inputs.logprobs.detach()
+        drift = (current - self.exact.ref_logprobs(at_previous, current, version)).abs()
+        counted = tokens & torch.isfinite(drift)
+        if not counted.any():
+            return {}
+        return {"fidelity/version_drift_absmean": drift[counted].mean().item(), "fidelity/version_drift_absmax": drift[counted].max().item()}
 
 
 def fidelity_metrics(

@@ -16,7 +16,8 @@ Logged per proxy p, overall and per gap bucket: `fidelity/<p>/logratio_absmean|a
 |log pi_p - log pi_old|, and `fidelity/<p>/mask_disagreement` = the fraction of tokens whose r_d mask
 (`pi_p / mu_old` within the run loss's `discrepancy_bounds`) decides otherwise than with pi_old. Beside
 them `fidelity/discrepancy_absmean|absmax` = |log pi_old - log mu_old|, the train-inference
-discrepancy the drift is compared with.
+discrepancy, and `fidelity/version_drift_absmean|absmax` = |log pi_v - log pi_(v-1)|, how far one
+version moves the policy (from the shadow's snapshots): their ratio places a run on the map.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
 
 
+#: Step metrics that a step may lack (besides the per-gap buckets).
+MAYBE_ABSENT = ("fidelity/version_drift_",)
+
+
 class AsyncRLModule(L.LightningModule):
     """Policy-gradient training on version-tagged rollouts.
 
@@ -240,10 +244,10 @@ class AsyncRLModule(L.LightningModule):
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
         metrics.update(fidelity)
-        # A version-gap bucket with no tokens in a step (or a mixture's task with no episode) must be
-        # absent from that step's row, but `self.log` repeats a key's last value at every later step:
-        # buckets go to the loggers directly.
-        buckets = {key: value for key, value in metrics.items() if "/gap_" in key} | self._task_success(batch)
+        # A version-gap bucket with no tokens in a step (or a mixture's task with no episode, or a
+        # drift whose previous version is gone) must be absent from that step's row, but `self.log`
+        # repeats a key's last value at every later step: these go to the loggers directly.
+        buckets = {key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)} | self._task_success(batch)
         self.log_dict({key: value for key, value in metrics.items() if key not in buckets}, batch_size=size)
         for logger in self.loggers if buckets else ():
             logger.log_metrics(buckets, step=self.global_step)

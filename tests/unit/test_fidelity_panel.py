@@ -75,6 +75,13 @@ class RecordWeights(L.Callback):
         self.by_version[trainer.global_step] = copy.deepcopy(pl_module.policy.state_dict())
 
 
+class EveryVersionLive(FakeRollouts):
+    """Pending episodes hold every version so far (as in an async run): the shadow keeps them all."""
+
+    def live_versions(self):
+        return [0, 1, 2, 3]
+
+
 def _token_logprobs(module: AsyncRLModule, weights: dict[str, torch.Tensor], batch: dict) -> torch.Tensor:
     policy = copy.deepcopy(module.policy)
     policy.load_state_dict(weights)
@@ -96,7 +103,7 @@ def test_a_fixed_decay_average_of_the_panel_equals_the_debiased_average_of_the_r
         make_batch({0: [0, 1, 2], 1: [2, 2], 2: [1], 3: [0, 2]}, [0.0, 1.0, 0.0, 1.0], behavior=mu),
     ]
     logger, recorder = RecordingLogger(), RecordWeights()
-    make_trainer(len(batches), [recorder], logger=logger).fit(module, datamodule=ListDataModule(batches, FakeRollouts()))
+    make_trainer(len(batches), [recorder], logger=logger).fit(module, datamodule=ListDataModule(batches, EveryVersionLive()))
 
     # At step 2 the average is (0.25 theta_0 + 0.5 theta_1 + theta_2) / 1.75; pi_old per token from each token's version.
     weights = recorder.by_version
@@ -116,6 +123,10 @@ def test_a_fixed_decay_average_of_the_panel_equals_the_debiased_average_of_the_r
         drift = (by_version[2] - exact).abs()[tokens].mean().item()
         assert row[f"fidelity/async_recompute/logratio_absmean/gap_{n}"] == pytest.approx(drift, abs=1e-6)
     assert row["fidelity/async_recompute/logratio_absmean/gap_0"] < 1e-6 < row["fidelity/async_recompute/logratio_absmean/gap_2"]
+    # how far the last update moved the policy, on every policy token: version 2 against version 1
+    step = (by_version[2] - by_version[1]).abs()[batch["loss_mask"]]
+    assert row["fidelity/version_drift_absmean"] == pytest.approx(step.mean().item(), abs=1e-6)
+    assert row["fidelity/version_drift_absmax"] == pytest.approx(step.max().item(), abs=1e-6)
     # beta = W/(W+2) with W the largest gap seen: 2 by the last batch, so 0.5
     betas = {proxy.name: proxy.average.beta for proxy in module.fidelity.panel.proxies if hasattr(proxy, "average")}
     assert betas == {"ewma_0.5": 0.5, "ewma": 0.5}
