@@ -117,7 +117,10 @@ class ReferenceFidelity:
         counted = tokens & torch.isfinite(drift)
         if not counted.any():
             return {}
-        return {"fidelity/version_drift_absmean": drift[counted].mean().item(), "fidelity/version_drift_absmax": drift[counted].max().item()}
+        return {
+            "fidelity/version_drift_absmean": drift[counted].mean().item(),
+            "fidelity/version_drift_absmax": drift[counted].max().item(),
+        }
 
 
 def fidelity_metrics(

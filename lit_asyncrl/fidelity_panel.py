@@ -76,7 +76,11 @@ class ParameterAverage(PanelProxy):
     def __init__(self, name: str, beta: float | None) -> None:
         super().__init__(name)
         self.average = EWMAReference(
-            beta=beta, staleness_window="auto" if beta is None else None, module_attr="policy", patience=None, log_prefix=f"fidelity/{name}/"
+            beta=beta,
+            staleness_window="auto" if beta is None else None,
+            module_attr="policy",
+            patience=None,
+            log_prefix=f"fidelity/{name}/",
         )
 
     def callbacks(self) -> list[L.Callback]:
@@ -121,7 +125,9 @@ class ProxyPanel:
     def callbacks(self) -> list[L.Callback]:
         return [callback for proxy in self.proxies for callback in proxy.callbacks()]
 
-    def metrics(self, loss_fn: LossStrategy, inputs: LossInputs, exact: torch.Tensor, batch: dict, version: int, tokens: torch.Tensor) -> dict[str, float]:
+    def metrics(
+        self, loss_fn: LossStrategy, inputs: LossInputs, exact: torch.Tensor, batch: dict, version: int, tokens: torch.Tensor
+    ) -> dict[str, float]:
         """`fidelity/<proxy>/*` and `fidelity/discrepancy_*` over `tokens` (bool [B, T])."""
         bounds = getattr(loss_fn, "discrepancy_bounds", None) or PAPER_DISCREPANCY_BOUNDS
         behavior = inputs.behavior_logprobs
@@ -133,5 +139,7 @@ class ProxyPanel:
             counted = tokens & torch.isfinite(distance)
             metrics.update(abs_stats_by_gap(distance, counted, inputs.version_gap, f"fidelity/{proxy.name}/logratio_"))
             proxy_kept = masked_discrepancy_weight(proxy_logprobs, behavior, bounds)[1]
-            metrics.update(fraction_by_gap(proxy_kept != exact_kept, counted, inputs.version_gap, f"fidelity/{proxy.name}/mask_disagreement"))
+            metrics.update(
+                fraction_by_gap(proxy_kept != exact_kept, counted, inputs.version_gap, f"fidelity/{proxy.name}/mask_disagreement")
+            )
         return metrics

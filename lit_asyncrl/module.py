@@ -25,7 +25,6 @@ from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
 
-
 #: Step metrics that a step may lack (besides the per-gap buckets).
 MAYBE_ABSENT = ("fidelity/version_drift_",)
 
@@ -247,7 +246,9 @@ class AsyncRLModule(L.LightningModule):
         # A version-gap bucket with no tokens in a step (or a mixture's task with no episode, or a
         # drift whose previous version is gone) must be absent from that step's row, but `self.log`
         # repeats a key's last value at every later step: these go to the loggers directly.
-        buckets = {key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)} | self._task_success(batch)
+        buckets = {key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)} | self._task_success(
+            batch
+        )
         self.log_dict({key: value for key, value in metrics.items() if key not in buckets}, batch_size=size)
         for logger in self.loggers if buckets else ():
             logger.log_metrics(buckets, step=self.global_step)

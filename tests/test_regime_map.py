@@ -69,7 +69,7 @@ def test_the_report_table_and_figure_are_written(tmp_path):
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| model.lr=1e-05 | 1e-05 | 0 | 2.00e-02 | 2.00e-03 | 10 | 0.0e+00 | 6.00e-02 (0.500) | 1.00e-02 (0.250) |" in report
     assert (tmp_path / "out" / "regime_map.png").stat().st_size > 10_000
-    rows = list(csv.DictReader(open(tmp_path / "out" / "regime_map.csv")))
+    rows = list(csv.DictReader((tmp_path / "out" / "regime_map.csv").read_text().splitlines()))
     assert [float(row["ratio"]) for row in rows] == pytest.approx([1.0, 10.0])
 
 

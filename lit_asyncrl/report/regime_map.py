@@ -151,9 +151,33 @@ def write_csv(points: list[MapPoint], path: Path) -> None:
     proxies = [name for name in PROXY_ORDER if name in points[0].distance]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["run", "lr", "seed", "drift", "discrepancy", "ratio", "exact", *(f"{n}_distance" for n in proxies), *(f"{n}_disagreement" for n in proxies)])
+        writer.writerow(
+            [
+                "run",
+                "lr",
+                "seed",
+                "drift",
+                "discrepancy",
+                "ratio",
+                "exact",
+                *(f"{n}_distance" for n in proxies),
+                *(f"{n}_disagreement" for n in proxies),
+            ]
+        )
         for p in sorted(points, key=lambda point: (point.ratio, point.seed)):
-            writer.writerow([p.name, p.lr, p.seed, p.drift, p.discrepancy, p.ratio, p.exact, *(p.distance[n] for n in proxies), *(p.disagreement[n] for n in proxies)])
+            writer.writerow(
+                [
+                    p.name,
+                    p.lr,
+                    p.seed,
+                    p.drift,
+                    p.discrepancy,
+                    p.ratio,
+                    p.exact,
+                    *(p.distance[n] for n in proxies),
+                    *(p.disagreement[n] for n in proxies),
+                ]
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

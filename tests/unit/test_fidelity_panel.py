@@ -25,7 +25,9 @@ def _log(values: list[float]) -> torch.Tensor:
 def test_distances_discrepancy_and_mask_decisions_of_each_proxy_by_hand():
     # three tokens of version gaps 0, 1 and 3
     mu, pi_theta, exact = _log([0.5, 0.2, 0.4]), _log([0.5, 0.4, 0.1]), _log([0.5, 0.25, 0.4])
-    inputs = LossInputs(pi_theta, mu, torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.bool), None, torch.tensor([[0, 1, 3]]))
+    inputs = LossInputs(
+        pi_theta, mu, torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.bool), None, torch.tensor([[0, 1, 3]])
+    )
     panel = ProxyPanel(["async_recompute", "linear_prox"])
     metrics = panel.metrics(DecoupledPPO(discrepancy_bounds=(0.95, 1.05)), inputs, exact, {}, 5, inputs.loss_mask)
 
