@@ -272,3 +272,16 @@ def test_ppo_ewma_is_the_papers_method_with_beta_from_the_staleness_window(tmp_p
     betas.append(ewma.beta)
     # before any gap W = 2 (beta 0.5); then the largest gap seen is 0, 1, 1, 3: beta = 0, 1/3, 1/3, 3/5
     assert betas == pytest.approx([0.5, 0.0, 1 / 3, 1 / 3, 0.6])
+
+
+@pytest.mark.parametrize(("sweep", "model"), [("regime_map", None), ("regime_map_smollm2", "smollm2_135m")])
+def test_the_regime_map_sweeps_vary_the_learning_rate_over_two_decades_with_every_proxy_measured(sweep, model, tmp_path):
+    cfg = compose_train([f"+sweep={sweep}", f"hydra.run.dir={tmp_path}"])
+    rates = [float(value) for value in cfg.hydra.sweeper.params["model.lr"].split(",")]
+    assert max(rates) / min(rates) >= 100
+    assert cfg.model.path == model and cfg.rollout.dtype == "bfloat16" and cfg.reference._target_.endswith("SnapshotReference")
+    module = instantiate(cfg.module, _convert_="all")
+    assert module.loss_fn.discrepancy_bounds == (0.99, 1.01)  # the paper's mask, whose half-width the map marks
+    assert [proxy.name for proxy in module.fidelity.panel.proxies] == [
+        "async_recompute", "linear_prox", "loglinear_prox", "ewma", "ewma_0.75", "ewma_0.9"
+    ]  # fmt: skip
