@@ -81,3 +81,17 @@ def test_the_committed_map_is_rebuilt_from_the_committed_runs(tmp_path):
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), *args, "--command", command]) == 0
     assert (tmp_path / "out" / "report.md").read_text() == (COMMITTED / "report.md").read_text()
     assert (tmp_path / "out" / "regime_map.csv").read_text() == (COMMITTED / "regime_map.csv").read_text()
+
+
+def test_the_kept_runs_hold_the_summary_and_the_fidelity_columns_and_give_the_same_map(tmp_path):
+    for lr, ratio in ((1e-6, 1), (1e-5, 10)):
+        run = make_run(tmp_path / "sweep", lr, drift=ratio * 0.002, discrepancy=0.002, ewma=0.001 * ratio)
+        with open(run / "metrics.csv", "a") as handle:  # a row of another metric only: left out of the copy
+            handle.write("5" + "," * 8 + "\n")
+    main([str(tmp_path / "sweep"), "--out", str(tmp_path / "direct")])
+    main([str(tmp_path / "sweep"), "--out", str(tmp_path / "kept"), "--keep-runs", str(tmp_path / "runs")])
+    assert (tmp_path / "kept" / "report.md").read_text() == (tmp_path / "direct" / "report.md").read_text()
+    copied = (tmp_path / "runs" / "model.lr=1e-06" / "metrics.csv").read_text().splitlines()
+    assert copied[0].split(",")[0] == "step" and all(name.startswith("fidelity/") for name in copied[0].split(",")[1:])
+    assert len(copied) == 1 + 5  # the header and the five rows with fidelity values
+    assert (tmp_path / "runs" / "model.lr=1e-06" / "summary.json").is_file()

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lit_asyncrl.report.main import expand_run_dirs
+from lit_asyncrl.report.run_data import keep_run_data
 from lit_asyncrl.report.runs import Run, load_run
 
 #: The proxies in the order the figure and the tables show them.
@@ -187,8 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mask-high", type=float, default=1.01, help="upper r_d mask bound the runs used; half-width = log(high)")
     parser.add_argument("--skip", type=int, default=3, help="steps left out at the start (the version window fills)")
     parser.add_argument("--command", default=None, help="the command that made the runs, stated in the report")
+    parser.add_argument("--keep-runs", type=Path, default=None, help="also copy each run's summary and fidelity columns here")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    points = [map_point(load_run(path), args.skip) for path in expand_run_dirs(args.run_dirs)]
+    run_dirs = expand_run_dirs(args.run_dirs)
+    if args.keep_runs is not None:
+        run_dirs = keep_run_data(run_dirs, args.keep_runs, ["fidelity/"])  # the map is then made from the copies
+    points = [map_point(load_run(path), args.skip) for path in run_dirs]
     half_width = math.log(args.mask_high)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "report.md").write_text(report_markdown(points, half_width, args.command))
