@@ -107,11 +107,13 @@ def report_markdown(points: list[MapPoint], half_width: float, command: str | No
             f"| {point.name} | {point.lr:g} | {point.seed} | {point.drift:.2e} | {point.discrepancy:.2e} | {point.ratio:.3g} | "
             f"{point.exact:.1e} | " + " | ".join(cells) + " |"
         )
+    # gaps no run had tokens of after its first steps (e.g. a window always full) get no column
+    gaps = [gap for gap in GAPS if any(not math.isnan(point.distance_by_gap[name][gap]) for point in points for name in proxies)]
     lines += ["", "Distance per version gap (mean over the steps with tokens of that gap):", ""]
-    lines += ["| run | drift / discrepancy | " + " | ".join(f"{name} {gap}" for name in proxies for gap in GAPS) + " |"]
-    lines += ["|---|---:|" + "---:|" * (len(proxies) * len(GAPS))]
+    lines += ["| run | drift / discrepancy | " + " | ".join(f"{name} {gap}" for name in proxies for gap in gaps) + " |"]
+    lines += ["|---|---:|" + "---:|" * (len(proxies) * len(gaps))]
     for point in points:
-        cells = [_fmt(point.distance_by_gap[name][gap]) for name in proxies for gap in GAPS]
+        cells = [_fmt(point.distance_by_gap[name][gap]) for name in proxies for gap in gaps]
         lines.append(f"| {point.name} | {point.ratio:.3g} | " + " | ".join(cells) + " |")
     lines += ["", "Where each proxy's mean distance crosses the mask's half-width (drift / discrepancy):", ""]
     lines += ["| proxy | crosses at |", "|---|---|"]
