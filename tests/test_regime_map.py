@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_asyncrl.report.regime_map import crossing, main, map_point
+from lit_asyncrl.report.regime_map import closest_counts, crossing, main, map_point, mean_by_lr
 from lit_asyncrl.report.runs import load_run
 
 COMMITTED = Path(__file__).parents[1] / "docs" / "results" / "regime_map"
@@ -60,6 +60,17 @@ def test_the_crossing_is_interpolated_in_log_log_between_the_runs_around_it(tmp_
     # async recompute is 3 * drift = 0.006 at ratio 1, above 0.005 everywhere
     assert crossing(points, "async_recompute", 0.005) == "above at every ratio measured (from 1)"
     assert crossing(points, "ewma", 2.0) == "below at every ratio measured (up to 1e+02)"
+
+
+def test_seeds_of_a_learning_rate_are_averaged_for_the_crossing_and_the_closest_proxy_is_counted(tmp_path):
+    points = [
+        map_point(load_run(make_run(tmp_path / f"seed{seed}", 1e-5, drift=drift, discrepancy=0.002, ewma=ewma)), skip=3)
+        for seed, drift, ewma in ((0, 0.002, 0.004), (1, 0.004, 0.008))
+    ]
+    (mean,) = mean_by_lr(points)
+    assert (mean.drift, mean.ratio) == (pytest.approx(0.003), pytest.approx(1.5))
+    assert mean.distance == {"async_recompute": pytest.approx(0.009), "ewma": pytest.approx(0.006)}
+    assert closest_counts(points) == {"async_recompute": 0, "ewma": 2}  # ewma 0.004 < 0.006 and 0.008 < 0.012
 
 
 def test_the_report_table_and_figure_are_written(tmp_path):

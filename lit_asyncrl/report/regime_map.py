@@ -71,6 +71,44 @@ def map_point(run: Run, skip: int) -> MapPoint:
     )
 
 
+def mean_by_lr(points: list[MapPoint]) -> list[MapPoint]:
+    """One point per learning rate: each quantity averaged over its seeds (the crossings and the
+    figure's lines are drawn through these)."""
+    by_lr: dict[float, list[MapPoint]] = {}
+    for point in points:
+        by_lr.setdefault(point.lr, []).append(point)
+
+    def fmean(values) -> float:
+        finite = [value for value in values if not math.isnan(value)]
+        return statistics.fmean(finite) if finite else math.nan
+
+    means = []
+    for lr, runs in sorted(by_lr.items()):
+        proxies = list(runs[0].distance)
+        means.append(
+            MapPoint(
+                name=f"lr={lr:g} ({len(runs)} seeds)",
+                lr=lr,
+                seed=-1,
+                drift=fmean(run.drift for run in runs),
+                discrepancy=fmean(run.discrepancy for run in runs),
+                exact=fmean(run.exact for run in runs),
+                distance={name: fmean(run.distance[name] for run in runs) for name in proxies},
+                distance_by_gap={name: {gap: fmean(run.distance_by_gap[name][gap] for run in runs) for gap in GAPS} for name in proxies},
+                disagreement={name: fmean(run.disagreement[name] for run in runs) for name in proxies},
+            )
+        )
+    return means
+
+
+def closest_counts(points: list[MapPoint]) -> dict[str, int]:
+    """In how many runs each proxy was the closest to pi_old."""
+    counts = dict.fromkeys(points[0].distance, 0)
+    for point in points:
+        counts[min(point.distance, key=point.distance.get)] += 1
+    return counts
+
+
 def crossing(points: list[MapPoint], proxy: str, half_width: float) -> str:
     """Where the proxy's distance crosses `half_width`, interpolated in log-log between the runs
     around it (the lowest drift ratio of a rise through it), or that it stays below or above."""
@@ -115,9 +153,11 @@ def report_markdown(points: list[MapPoint], half_width: float, command: str | No
     for point in points:
         cells = [_fmt(point.distance_by_gap[name][gap]) for name in proxies for gap in gaps]
         lines.append(f"| {point.name} | {point.ratio:.3g} | " + " | ".join(cells) + " |")
-    lines += ["", "Where each proxy's mean distance crosses the mask's half-width (drift / discrepancy):", ""]
-    lines += ["| proxy | crosses at |", "|---|---|"]
-    lines += [f"| {name} | {crossing(points, name, half_width)} |" for name in proxies]
+    means = mean_by_lr(points)
+    lines += ["", "Where each proxy's distance (mean over the seeds of a learning rate) crosses the mask's half-width,", ""]
+    lines += ["| proxy | crosses at drift / discrepancy | closest to pi_old in |", "|---|---|---|"]
+    closest = closest_counts(points)
+    lines += [f"| {name} | {crossing(means, name, half_width)} | {closest[name]} of {len(points)} runs |" for name in proxies]
     return "\n".join(lines) + "\n"
 
 
@@ -131,11 +171,14 @@ def plot_map(points: list[MapPoint], half_width: float, png_path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = sorted(points, key=lambda point: point.ratio)
+    means = sorted(mean_by_lr(points), key=lambda point: point.ratio)
     figure, axis = plt.subplots(figsize=(7.5, 5))
-    for name in [name for name in PROXY_ORDER if name in points[0].distance]:
-        axis.plot([p.ratio for p in points], [p.distance[name] for p in points], marker="o", label=name)
-    axis.plot([p.ratio for p in points], [p.discrepancy for p in points], color="grey", linestyle=":", label="discrepancy |pi_old - mu|")
+    for name in [name for name in PROXY_ORDER if name in means[0].distance]:
+        label = "ewma (beta = W/(W+2))" if name == "ewma" else name
+        (line,) = axis.plot([p.ratio for p in means], [p.distance[name] for p in means], marker="o", label=label)
+        if len(points) > len(means):  # several seeds: each run as a small mark of its proxy's colour
+            axis.scatter([p.ratio for p in points], [p.distance[name] for p in points], s=10, color=line.get_color(), alpha=0.6)
+    axis.plot([p.ratio for p in means], [p.discrepancy for p in means], color="grey", linestyle=":", label="discrepancy |pi_old - mu|")
     axis.axhline(half_width, color="black", linestyle="--", linewidth=1, label=f"mask half-width ({half_width:.3g})")
     axis.set_xscale("log")
     axis.set_yscale("log")
