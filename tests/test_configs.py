@@ -285,3 +285,15 @@ def test_the_regime_map_sweeps_vary_the_learning_rate_over_two_decades_with_ever
     assert [proxy.name for proxy in module.fidelity.panel.proxies] == [
         "async_recompute", "linear_prox", "loglinear_prox", "ewma", "ewma_0.75", "ewma_0.9"
     ]  # fmt: skip
+
+
+def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_and_clip(tmp_path):
+    params = compose_train(["+sweep=table2_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
+    assert params["seed"] == "0,1,2,3,4"  # at least 5 seeds
+    experiments = params["experiment"].split(",")
+    assert {"snapshot", "ppo_ewma", "ppo_ewma_beta075", "linear_prox_train_infer", "decoupled_async"} <= set(experiments)
+    for experiment in experiments:
+        cfg = compose_train(["+sweep=table2_regime", f"experiment={experiment}", "seed=0", f"hydra.run.dir={tmp_path}"])
+        module = instantiate(cfg.module, _convert_="all")
+        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (2e-5, (0.99, 1.01), (0.997, 1.004))
+        assert cfg.rollout.dtype == "bfloat16" and cfg.hydra.sweep.dir == "results/findings/table2_regime"
