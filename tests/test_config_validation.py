@@ -174,6 +174,8 @@ MALFORMED = [
     (["loss=no_such_loss"], "loss/no_such_loss"),
     (["reference=no_such_reference"], "reference/no_such_reference"),
     (["env=no_such_env"], "env/no_such_env"),
+    (["fidelity=true", "fidelity_proxies=[ewma,ewma_2]"], "fidelity_proxies: unknown proxy 'ewma_2'"),
+    (["fidelity_proxies=[ewma]"], "fidelity_proxies are measured by the fidelity shadow: set fidelity=true"),
     (["stage=predict"], "stage must be 'fit' or 'validate'"),
     (["stage=validate"], "ckpt_path"),
 ]
