@@ -287,6 +287,19 @@ def test_the_regime_map_sweeps_vary_the_learning_rate_over_two_decades_with_ever
     ]  # fmt: skip
 
 
+def test_figure_10_in_the_proxies_regime_compares_decays_without_the_reset(tmp_path):
+    params = compose_train(["+sweep=fig10_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
+    betas = params["reference.beta"].split(",")
+    assert betas == ["0.9", "0.75", "null", "0.5"]  # null: the paper's W/(W+2)
+    for beta in betas:
+        cfg = compose_train(
+            ["+sweep=fig10_regime", f"experiment={params['experiment']}", f"reference.beta={beta}", f"hydra.run.dir={tmp_path}"]
+        )
+        module = instantiate(cfg.module, _convert_="all")
+        assert module.reference.patience is None and module.reference.beta == (None if beta == "null" else float(beta))
+        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (2e-5, (0.99, 1.01), (0.997, 1.004))
+
+
 def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_and_clip(tmp_path):
     params = compose_train(["+sweep=table2_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
     assert params["seed"] == "0,1,2,3,4"  # at least 5 seeds
