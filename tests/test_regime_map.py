@@ -14,7 +14,7 @@ import pytest
 from lit_asyncrl.report.regime_map import closest_counts, crossing, main, map_point, mean_by_lr
 from lit_asyncrl.report.runs import load_run
 
-COMMITTED = Path(__file__).parents[1] / "docs" / "results" / "regime_map"
+RESULTS = Path(__file__).parents[1] / "docs" / "results"
 
 
 def make_run(root: Path, lr: float, drift: float, discrepancy: float, ewma: float, steps: int = 5) -> Path:
@@ -84,14 +84,15 @@ def test_the_report_table_and_figure_are_written(tmp_path):
     assert [float(row["ratio"]) for row in rows] == pytest.approx([1.0, 10.0])
 
 
-@pytest.mark.skipif(not (COMMITTED / "runs").is_dir(), reason="no committed regime map yet")
-def test_the_committed_map_is_rebuilt_from_the_committed_runs(tmp_path):
-    command = (COMMITTED / "command.txt").read_text().strip()
-    args = json.loads((COMMITTED / "report_args.json").read_text())
-    shutil.copytree(COMMITTED / "runs", tmp_path / "runs")
+@pytest.mark.parametrize("name", ["regime_map", "regime_map_smollm2"])
+def test_the_committed_map_is_rebuilt_from_the_committed_runs(name, tmp_path):
+    committed = RESULTS / name
+    command = (committed / "command.txt").read_text().strip()
+    args = json.loads((committed / "report_args.json").read_text())
+    shutil.copytree(committed / "runs", tmp_path / "runs")
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "out"), *args, "--command", command]) == 0
-    assert (tmp_path / "out" / "report.md").read_text() == (COMMITTED / "report.md").read_text()
-    assert (tmp_path / "out" / "regime_map.csv").read_text() == (COMMITTED / "regime_map.csv").read_text()
+    assert (tmp_path / "out" / "report.md").read_text() == (committed / "report.md").read_text()
+    assert (tmp_path / "out" / "regime_map.csv").read_text() == (committed / "regime_map.csv").read_text()
 
 
 def test_the_kept_runs_hold_the_summary_and_the_fidelity_columns_and_give_the_same_map(tmp_path):
