@@ -297,7 +297,7 @@ def test_figure_10_in_the_proxies_regime_compares_decays_without_the_reset(tmp_p
         )
         module = instantiate(cfg.module, _convert_="all")
         assert module.reference.patience is None and module.reference.beta == (None if beta == "null" else float(beta))
-        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (2e-5, (0.99, 1.01), (0.997, 1.004))
+        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
 
 
 def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_and_clip(tmp_path):
@@ -308,5 +308,5 @@ def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_a
     for experiment in experiments:
         cfg = compose_train(["+sweep=table2_regime", f"experiment={experiment}", "seed=0", f"hydra.run.dir={tmp_path}"])
         module = instantiate(cfg.module, _convert_="all")
-        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (2e-5, (0.99, 1.01), (0.997, 1.004))
+        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
         assert cfg.rollout.dtype == "bfloat16" and cfg.hydra.sweep.dir == "results/findings/table2_regime"
