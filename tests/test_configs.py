@@ -300,6 +300,16 @@ def test_figure_10_in_the_proxies_regime_compares_decays_without_the_reset(tmp_p
         assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
 
 
+def test_figure_4_in_the_proxies_regime_resets_below_the_masks_usual_level(tmp_path):
+    params = compose_train(["+sweep=fig4_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
+    # 0.9 and 0.8 times 0.912, the exact route's mean mask at this learning rate (regime map)
+    assert [float(tau) for tau in params["reference.tau"].split(",")] == [round(0.9 * 0.912, 2), round(0.8 * 0.912, 2)]
+    cfg = compose_train(["+sweep=fig4_regime", f"experiment={params['experiment']}", "reference.tau=0.82", f"hydra.run.dir={tmp_path}"])
+    module = instantiate(cfg.module, _convert_="all")
+    assert (module.reference.beta, module.reference.tau, module.reference.patience) == (None, 0.82, 3)
+    assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
+
+
 def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_and_clip(tmp_path):
     params = compose_train(["+sweep=table2_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
     assert params["seed"] == "0,1,2,3,4"  # at least 5 seeds
