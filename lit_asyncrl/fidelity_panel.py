@@ -70,12 +70,24 @@ class Interpolation(PanelProxy):
         return self.strategy.proxy_logprobs(inputs)
 
 
+class _MeasuredAverage(EWMAReference):
+    """An EWMA that only stands in the shadow: it logs its decay alone (it never resets, so a streak
+    and a reset count would say nothing), and does not warn that it is the live policy while W = 0
+    (that warning is for a run's reference)."""
+
+    def _warn_if_window_gives_zero_beta(self) -> None:
+        return None
+
+    def _log(self, pl_module: L.LightningModule, streak: int) -> None:
+        pl_module.log(f"{self.log_prefix}ewma_beta", float(self.beta), batch_size=1)
+
+
 class ParameterAverage(PanelProxy):
     """An EWMA of the parameters of its own, never reset; beta None = W/(W+2) from the observed gaps."""
 
     def __init__(self, name: str, beta: float | None) -> None:
         super().__init__(name)
-        self.average = EWMAReference(
+        self.average = _MeasuredAverage(
             beta=beta,
             staleness_window="auto" if beta is None else None,
             module_attr="policy",
