@@ -86,6 +86,8 @@ class ReferenceFidelity:
             version: the trainer's weight version.
         """
         with torch.no_grad():
+            # Before the exact scores, which release the versions no live token refers to: v-1 is held until then.
+            drift = self._version_drift(batch, inputs, version) if self.panel is not None else None
             exact = self.exact.ref_logprobs(batch, inputs.logprobs.detach(), version)
             finite = _finite(inputs)
             metrics = fidelity_metrics(
@@ -100,27 +102,21 @@ class ReferenceFidelity:
             if self.panel is not None:
                 tokens = inputs.loss_mask & finite & torch.isfinite(exact)
                 metrics.update(self.panel.metrics(loss_fn, inputs, exact, batch, version, tokens))
-                metrics.update(self._version_drift(batch, inputs, version, tokens))
+                if drift is not None and (counted := tokens & torch.isfinite(drift)).any():
+                    metrics["fidelity/version_drift_absmean"] = drift[counted].mean().item()
+                    metrics["fidelity/version_drift_absmax"] = drift[counted].max().item()
             return metrics
 
-    def _version_drift(self, batch: dict, inputs: LossInputs, version: int, tokens: torch.Tensor) -> dict[str, float]:
-        """`fidelity/version_drift_absmean|absmax`: |log pi_v - log pi_(v-1)| on the batch's policy
-        tokens, how far the last update moved the policy (the regime map's drift per version,
-        measured on every step whatever the batch's version gaps). Absent when version v-1 is no
-        longer held (no token refers to it)."""
+    def _version_drift(self, batch: dict, inputs: LossInputs, version: int) -> torch.Tensor | None:
+        """|log pi_v - log pi_(v-1)| [B, T] on the batch's policy tokens: how far the last update moved
+        the policy (the regime map's drift per version, whatever the batch's version gaps). None at
+        version 0, and when v-1 is not held (the shadow keeps it until this step's exact scores)."""
         previous = version - 1
         if previous < 0 or not self.exact.retention.has_version(previous):
-            return {}
-        at_previous = {**batch, "versions": torch.where(inputs.loss_mask, previous, batch["versions"])}
+            return None
         current = inputs.logprobs.detach()
-        drift = (current - self.exact.ref_logprobs(at_previous, current, version)).abs()
-        counted = tokens & torch.isfinite(drift)
-        if not counted.any():
-            return {}
-        return {
-            "fidelity/version_drift_absmean": drift[counted].mean().item(),
-            "fidelity/version_drift_absmax": drift[counted].max().item(),
-        }
+        at_previous = torch.where(inputs.loss_mask, previous, batch["versions"])
+        return (current - self.exact.logprobs_under(batch, at_previous, current)).abs()
 
 
 def fidelity_metrics(

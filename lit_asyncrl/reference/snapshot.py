@@ -96,19 +96,21 @@ class SnapshotReference(ReferenceSource):
         self._rollouts = rollouts
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
+        ref_logprobs = self.logprobs_under(batch, batch["versions"], current_logprobs)
+        # This batch is consumed: free every version no pending or in-flight token refers to.
+        if self._rollouts is not None:
+            self._retention.release_unreferenced(self._rollouts.live_versions())
+        return ref_logprobs
+
+    def logprobs_under(self, batch: dict, versions: torch.Tensor, current_logprobs: torch.Tensor) -> torch.Tensor:
+        """Each policy token of `batch` scored under the snapshot of `versions` [B, T] (releases nothing)."""
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
 
         def score(forward, rows: torch.Tensor) -> torch.Tensor:
             logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
             return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
 
-        ref_logprobs = self._retention.historical_logprobs(
-            batch["versions"], batch["loss_mask"], score, current_logprobs=current_logprobs.detach()
-        )
-        # This batch is consumed: free every version no pending or in-flight token refers to.
-        if self._rollouts is not None:
-            self._retention.release_unreferenced(self._rollouts.live_versions())
-        return ref_logprobs
+        return self._retention.historical_logprobs(versions, batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
 
 
 def _holds_exactly(storage: torch.dtype, live: torch.dtype) -> bool:

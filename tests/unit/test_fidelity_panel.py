@@ -132,3 +132,19 @@ def test_a_fixed_decay_average_of_the_panel_equals_the_debiased_average_of_the_r
     # beta = W/(W+2) with W the largest gap seen: 2 by the last batch, so 0.5
     betas = {proxy.name: proxy.average.beta for proxy in module.fidelity.panel.proxies if hasattr(proxy, "average")}
     assert betas == {"ewma_0.5": 0.5, "ewma": 0.5}
+
+
+def test_the_drift_per_version_is_measured_when_no_token_holds_the_previous_version():
+    # FakeRollouts reports only version 0 alive: the shadow frees version 1 at step 2's exact scores,
+    # after the drift of step 2 (version 2 against version 1) was measured.
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=DecoupledPPO(), reference=SnapshotReference(), lr=1e-2, fidelity=True, fidelity_proxies=["async_recompute"])
+    mu = own_logprobs(module)
+    batches = [make_batch(all_version(step), [1.0, 0.0, 1.0, 0.0], behavior=mu) for step in range(3)]  # on-policy: gap 0
+    logger, recorder = RecordingLogger(), RecordWeights()
+    make_trainer(len(batches), [recorder], logger=logger).fit(module, datamodule=ListDataModule(batches, FakeRollouts()))
+    for step in (1, 2):
+        now, before = (_token_logprobs(module, recorder.by_version[v], batches[step]) for v in (step, step - 1))
+        expected = (now - before).abs()[batches[step]["loss_mask"]].mean().item()
+        assert logger.keys_at(step)["fidelity/version_drift_absmean"] == pytest.approx(expected, abs=1e-6)
+    assert "fidelity/version_drift_absmean" not in logger.keys_at(0)  # no version before the first
