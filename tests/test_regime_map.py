@@ -58,8 +58,11 @@ def test_the_crossing_is_interpolated_in_log_log_between_the_runs_around_it(tmp_
     ]
     assert crossing(points, "ewma", 0.01) == "3.2"  # 10 ** 0.5 = 3.16, to two significant digits
     # async recompute is 3 * drift = 0.006 at ratio 1, above 0.005 everywhere
-    assert crossing(points, "async_recompute", 0.005) == "above at every ratio measured (from 1)"
-    assert crossing(points, "ewma", 2.0) == "below at every ratio measured (up to 1e+02)"
+    assert crossing(points, "async_recompute", 0.005) == "above at every ratio measured (1 to 1e+02)"
+    assert crossing(points, "ewma", 2.0) == "below at every ratio measured (1 to 1e+02)"
+    # a dip: 0.001 at ratio 1, 0.1 at 10, then 0.001 again at 100 (runs at another rate)
+    dip = [*points[:2], map_point(load_run(make_run(tmp_path / "dip", 1e-4, drift=0.2, discrepancy=0.002, ewma=0.001)), skip=3)]
+    assert crossing(dip, "ewma", 0.01) == "rises through at 3.2, falls back below at 32"
 
 
 def test_seeds_of_a_learning_rate_are_averaged_for_the_crossing_and_the_closest_proxy_is_counted(tmp_path):

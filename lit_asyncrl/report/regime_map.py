@@ -19,13 +19,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_asyncrl.losses.metrics import GAP_BUCKETS
 from lit_asyncrl.report.main import expand_run_dirs
 from lit_asyncrl.report.run_data import keep_run_data
 from lit_asyncrl.report.runs import Run, load_run
 
-#: The proxies in the order the figure and the tables show them.
+#: The usual proxies in the order the figure and the tables show them (others follow by name).
 PROXY_ORDER = ("async_recompute", "linear_prox", "loglinear_prox", "ewma", "ewma_0.75", "ewma_0.9")
-GAPS = ("gap_1", "gap_2", "gap_3")
+GAPS = GAP_BUCKETS
 
 
 @dataclass
@@ -54,10 +55,13 @@ def _mean(run: Run, key: str, skip: int) -> float:
 
 def map_point(run: Run, skip: int) -> MapPoint:
     """A run's place on the map, from its steps >= `skip` (the first steps fill the version window)."""
-    proxies = [name for name in PROXY_ORDER if f"fidelity/{name}/logratio_absmean" in run.series]
+    proxies = proxy_names(run.series)
     if not proxies or "fidelity/version_drift_absmean" not in run.series:
         raise SystemExit(f"{run.path} has no fidelity_proxies metrics: make it with +sweep=regime_map")
-    lr = float(next(item.split("=", 1)[1] for item in (run.summary or {}).get("overrides", []) if item.startswith("model.lr=")))
+    rates = [item.split("=", 1)[1] for item in (run.summary or {}).get("overrides", []) if item.startswith("model.lr=")]
+    if not rates:
+        raise SystemExit(f"{run.path} has no model.lr override in its summary.json: the map places runs by learning rate")
+    lr = float(rates[0])
     return MapPoint(
         name=run.path.name,
         lr=lr,
@@ -69,6 +73,14 @@ def map_point(run: Run, skip: int) -> MapPoint:
         distance_by_gap={name: {gap: _mean(run, f"fidelity/{name}/logratio_absmean/{gap}", skip) for gap in GAPS} for name in proxies},
         disagreement={name: _mean(run, f"fidelity/{name}/mask_disagreement", skip) for name in proxies},
     )
+
+
+def proxy_names(series: dict) -> list[str]:
+    """The proxies a run measured (`fidelity/<proxy>/logratio_absmean`), the usual ones first."""
+    found = {
+        key.split("/")[1] for key in series if key.count("/") == 2 and key.startswith("fidelity/") and key.endswith("/logratio_absmean")
+    }
+    return [name for name in PROXY_ORDER if name in found] + sorted(found - set(PROXY_ORDER))
 
 
 def mean_by_lr(points: list[MapPoint]) -> list[MapPoint]:
@@ -111,23 +123,26 @@ def closest_counts(points: list[MapPoint]) -> dict[str, int]:
 
 def crossing(points: list[MapPoint], proxy: str, half_width: float) -> str:
     """Where the proxy's distance crosses `half_width`, interpolated in log-log between the runs
-    around it (the lowest drift ratio of a rise through it), or that it stays below or above."""
-    ordered = sorted(points, key=lambda point: point.ratio)
-    values = [(point.ratio, point.distance[proxy]) for point in ordered]
+    around it: the ratio of a single rise through it, each crossing named when there are others,
+    or that it stays below or above."""
+    values = [(point.ratio, point.distance[proxy]) for point in sorted(points, key=lambda point: point.ratio)]
+    crossings = []
     for (x0, y0), (x1, y1) in zip(values, values[1:]):
-        if y0 <= half_width < y1:
+        if (y0 <= half_width) != (y1 <= half_width):
             share = (math.log(half_width) - math.log(y0)) / (math.log(y1) - math.log(y0))
-            return f"{math.exp(math.log(x0) + share * (math.log(x1) - math.log(x0))):.2g}"
-    if all(y <= half_width for _, y in values):
-        return f"below at every ratio measured (up to {values[-1][0]:.2g})"
-    if all(y > half_width for _, y in values):
-        return f"above at every ratio measured (from {values[0][0]:.2g})"
-    return "crosses more than once: see the table"
+            at = math.exp(math.log(x0) + share * (math.log(x1) - math.log(x0)))
+            crossings.append((at, "rises through" if y1 > half_width else "falls back below"))
+    if not crossings:
+        side = "below" if values[0][1] <= half_width else "above"
+        return f"{side} at every ratio measured ({values[0][0]:.2g} to {values[-1][0]:.2g})"
+    if len(crossings) == 1 and crossings[0][1] == "rises through":
+        return f"{crossings[0][0]:.2g}"
+    return ", ".join(f"{how} at {at:.2g}" for at, how in crossings)
 
 
 def report_markdown(points: list[MapPoint], half_width: float, command: str | None) -> str:
     points = sorted(points, key=lambda point: (point.ratio, point.seed))
-    proxies = [name for name in PROXY_ORDER if name in points[0].distance]
+    proxies = list(points[0].distance)
     lines = ["# Regime map: where each proxy for pi_old stops tracking it", ""]
     if command:
         lines += [f"Made by `{command}`.", ""]
@@ -173,7 +188,7 @@ def plot_map(points: list[MapPoint], half_width: float, png_path: Path) -> Path:
 
     means = sorted(mean_by_lr(points), key=lambda point: point.ratio)
     figure, axis = plt.subplots(figsize=(7.5, 5))
-    for name in [name for name in PROXY_ORDER if name in means[0].distance]:
+    for name in means[0].distance:
         label = "ewma (beta = W/(W+2))" if name == "ewma" else name
         (line,) = axis.plot([p.ratio for p in means], [p.distance[name] for p in means], marker="o", label=label)
         if len(points) > len(means):  # several seeds: each run as a small mark of its proxy's colour
@@ -194,7 +209,7 @@ def plot_map(points: list[MapPoint], half_width: float, png_path: Path) -> Path:
 
 
 def write_csv(points: list[MapPoint], path: Path) -> None:
-    proxies = [name for name in PROXY_ORDER if name in points[0].distance]
+    proxies = list(points[0].distance)
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(
@@ -237,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     run_dirs = expand_run_dirs(args.run_dirs)
     if args.keep_runs is not None:
-        run_dirs = keep_run_data(run_dirs, args.keep_runs, ["fidelity/"])  # the map is then made from the copies
+        # the map is then made from the copies; the mask and gap columns back what the findings say of them
+        run_dirs = keep_run_data(run_dirs, args.keep_runs, ["fidelity/", "train/train_infer_mask", "train/version_gap_mean"])
     points = [map_point(load_run(path), args.skip) for path in run_dirs]
     half_width = math.log(args.mask_high)
     args.out.mkdir(parents=True, exist_ok=True)
