@@ -83,6 +83,8 @@ class AsyncRLModule(L.LightningModule):
         self.hparams["lora"] = dataclasses.asdict(self.lora)
         self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
         self.reference = reference if reference is not None else NoReference()
+        if isinstance(fidelity_proxies, str):
+            raise ValueError(f"fidelity_proxies must be a list of proxy names, e.g. [ewma,ewma_0.9], got {fidelity_proxies!r}")
         if fidelity_proxies and not fidelity:
             raise ValueError("fidelity_proxies are measured by the fidelity shadow: set fidelity=true")
         self.fidelity = ReferenceFidelity(proxies=list(fidelity_proxies or ())) if fidelity else None

@@ -176,6 +176,7 @@ MALFORMED = [
     (["env=no_such_env"], "env/no_such_env"),
     (["fidelity=true", "fidelity_proxies=[ewma,ewma_2]"], "fidelity_proxies: unknown proxy 'ewma_2'"),
     (["fidelity_proxies=[ewma]"], "fidelity_proxies are measured by the fidelity shadow: set fidelity=true"),
+    (["fidelity=true", "fidelity_proxies=ewma"], "fidelity_proxies must be a list of proxy names"),
     (["stage=predict"], "stage must be 'fit' or 'validate'"),
     (["stage=validate"], "ckpt_path"),
 ]

@@ -20,8 +20,9 @@ from lit_asyncrl.envs.mixture import MixInstance, TaskMix
 #: Draws before a task is declared to have no training (or held-out) instance at all.
 MAX_DRAWS = 10_000
 #: Draws in a row without an instance not seen before, after which a task's instances are taken as
-#: all seen. A task of n instances leaves one of them unseen that long with chance (1 - 1/n)**1000:
-#: 3e-15 for the 30 codes of Mastermind-v0-easy, whose held-out search drew all 10,000 before.
+#: all seen: at least this many, and ten per distinct instance seen. With n instances drawn evenly
+#: one stays unseen that long with chance (1 - 1/n)**max(1000, 10 n) < 5e-5: 3e-15 for the 30
+#: codes of Mastermind-v0-easy, whose held-out search drew all 10,000 before.
 EXHAUSTED_AFTER = 1_000
 
 
@@ -60,7 +61,7 @@ def held_out_instances(env: Environment, count: int, seed: int = 0) -> list[Any]
         if key not in seen:
             seen.add(key)
             last_new = draw
-        elif draw - last_new >= EXHAUSTED_AFTER:
+        elif draw - last_new >= max(EXHAUSTED_AFTER, 10 * len(seen)):
             break  # every instance was drawn: the held-out split has no more to give
         if env.is_held_out(instance):
             found.setdefault(key, instance)
