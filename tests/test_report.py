@@ -14,6 +14,7 @@ import pytest
 
 from lit_asyncrl.cli import main as cli_main
 from lit_asyncrl.report.aggregate import seed_band, smooth
+from lit_asyncrl.report.main import main as report_main
 from lit_asyncrl.report.runs import group_by_label, load_run, run_label
 from lit_asyncrl.report.table import results_table
 from lit_asyncrl.run_summary import is_finished, read_summary, write_summary
@@ -261,3 +262,25 @@ def test_runs_on_a_tool_task_get_a_table_of_calls_and_failed_calls(tmp_path):
     assert (
         tool_calls_table({"snapshot": [load_run(write_run(tmp_path / "plain", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}) is None
     )
+
+
+def test_kept_runs_give_the_same_table_and_hold_only_what_the_report_reads(sweep, tmp_path):
+    def table(out: Path) -> list[str]:
+        return [line for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
+
+    metrics = sweep / "experiment=snapshot,seed=0" / "metrics.csv"
+    with open(metrics, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows.append({"step": "1", "rollout/queue_depth": "3.0"})  # a column the report does not read
+    with open(metrics, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*rows[0], "rollout/queue_depth"])
+        writer.writeheader()
+        writer.writerows(rows)
+    report_main([str(sweep), "--out", str(tmp_path / "direct"), "--smooth", "1"])
+    report_main([str(sweep), "--out", str(tmp_path / "kept"), "--smooth", "1", "--keep-runs", str(tmp_path / "runs")])
+    assert table(tmp_path / "kept") == table(tmp_path / "direct")
+    kept = tmp_path / "runs"
+    assert (kept / "experiment=snapshot,seed=0" / "summary.json").is_file()
+    assert (kept / "experiment=ppo_ewma,reference.beta=0.9,seed=0" / ".hydra" / "overrides.yaml").is_file()  # unfinished
+    header = (kept / "experiment=snapshot,seed=0" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "rollout/queue_depth" not in header and {"step", "train/task_success", "val/avg@4"} <= set(header)

@@ -14,8 +14,23 @@ import time
 from pathlib import Path
 
 from lit_asyncrl.report.figures import plot_curves, plot_fidelity
+from lit_asyncrl.report.run_data import keep_run_data
 from lit_asyncrl.report.runs import group_by_label, load_run
 from lit_asyncrl.report.table import COLUMN_NOTES, per_task_table, results_table, tool_calls_table
+
+#: The metric columns the report reads (prefixes): what `--keep-runs` copies.
+REPORT_COLUMNS = (
+    "train/task_success",
+    "train/train_infer_mask",
+    "train/ppo_clip_ratio",
+    "train/ref_behavior_logratio_absmean",
+    "train/step_s",
+    "val/",
+    "fidelity/logratio_absmean",
+    "fidelity/mask_disagreement",
+    "reference/ewma_resets",
+    "rollout/tool_call",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -25,6 +40,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--title", default="lit_asyncrl results", help="the report's heading")
     parser.add_argument("--smooth", type=int, default=10, help="moving-average window (steps) of the training curves")
     parser.add_argument("--runs-command", default=None, help="the command that made the runs, stated in the report")
+    parser.add_argument(
+        "--keep-runs",
+        type=Path,
+        default=None,
+        help="also copy each run's summary and the columns this report reads here, and report from the copies",
+    )
     return parser.parse_args(argv)
 
 
@@ -50,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1, got {args.smooth}")
     run_dirs = expand_run_dirs(args.run_dirs)
+    if args.keep_runs is not None:
+        run_dirs = keep_run_data(run_dirs, args.keep_runs, REPORT_COLUMNS)
     groups = group_by_label([load_run(path) for path in run_dirs])
     for label, runs in groups.items():
         seeds = [run.seed for run in runs]

@@ -10,21 +10,26 @@ from pathlib import Path
 
 from lit_asyncrl.run_summary import SUMMARY_FILE
 
+#: What says which configuration a run was: its summary (a finished run), else Hydra's record of its overrides.
+RUN_RECORDS = (SUMMARY_FILE, ".hydra/overrides.yaml")
+
 
 def keep_run_data(run_dirs: Sequence[Path], dest: Path, prefixes: Sequence[str]) -> list[Path]:
-    """Copy each run's summary and the `step` column plus every column starting with one of
-    `prefixes` of its metrics.csv to `dest/<run name>/`; returns the copies' directories.
+    """Copy each run's summary (or, for a run that did not finish, its overrides) and the `step`
+    column plus every column starting with one of `prefixes` of its metrics.csv to
+    `dest/<run name>/`; returns the copies' directories.
 
     Raises:
-        ValueError: when a run has no summary.json (it did not finish: nothing to stand behind).
+        ValueError: when a run has neither record (nothing would say what it ran).
     """
     kept = []
     for run_dir in run_dirs:
-        if not (run_dir / SUMMARY_FILE).is_file():
-            raise ValueError(f"{run_dir} has no {SUMMARY_FILE}: only finished runs are kept")
+        record = next((name for name in RUN_RECORDS if (run_dir / name).is_file()), None)
+        if record is None:
+            raise ValueError(f"{run_dir} has no {' or '.join(RUN_RECORDS)}: nothing says what it ran")
         target = dest / run_dir.name
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run_dir / SUMMARY_FILE, target / SUMMARY_FILE)
+        (target / record).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run_dir / record, target / record)
         with open(run_dir / "metrics.csv", newline="") as source:
             reader = csv.DictReader(source)
             columns = ["step", *(name for name in reader.fieldnames or [] if name != "step" and name.startswith(tuple(prefixes)))]
