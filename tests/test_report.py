@@ -35,6 +35,19 @@ def write_run(path: Path, overrides: list[str], rows: list[dict], finished: bool
     return path
 
 
+def first_table(report: str) -> list[list[str]]:
+    """The rows (header first, no separator) of the report's first markdown table, the results."""
+    lines = report.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("| "))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        if not line.startswith("|---"):
+            rows.append(line.strip("| ").split(" | "))
+    return rows
+
+
 def training_rows(success: list[float], mask: list[float], fidelity_gap1: float, step_s: float) -> list[dict]:
     rows = []
     for step, (value, kept) in enumerate(zip(success, mask, strict=True)):
@@ -106,8 +119,7 @@ def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
         cli_main(["report", *map(str, sorted(sweep.iterdir())), "--out", str(out), "--smooth", "1"])
     assert exit_info.value.code == 0
     assert (out / "curves.png").stat().st_size > 10_000 and (out / "fidelity.png").stat().st_size > 5_000
-    rows = [line.strip("| ").split(" | ") for line in (out / "report.md").read_text().splitlines() if line.startswith("| ")]
-    header, *body = rows
+    header, *body = first_table((out / "report.md").read_text())
     table = {row[0]: dict(zip(header, row, strict=True)) for row in body}
     snapshot = table["snapshot"]
     # avg@4 at the end: 0.5 and 0.7 -> mean 0.6, sample sd 0.1414; pass@4: 0.9 and 1.0

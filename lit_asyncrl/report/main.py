@@ -13,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 
+from lit_asyncrl.report.comparisons import comparisons_table, per_seed_scores_table
 from lit_asyncrl.report.figures import plot_curves, plot_fidelity
 from lit_asyncrl.report.run_data import keep_run_data
 from lit_asyncrl.report.runs import group_by_label, load_run
-from lit_asyncrl.report.table import COLUMN_NOTES, per_task_table, results_table, tool_calls_table
+from lit_asyncrl.report.table import COLUMN_NOTES, held_out_keys, per_task_table, results_table, tool_calls_table
 
 #: The metric columns the report reads (prefixes): what `--keep-runs` copies.
 REPORT_COLUMNS = (
@@ -46,6 +47,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="also copy each run's summary and the columns this report reads here, and report from the copies",
     )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("A", "B"),
+        help="configurations (labels as in the table) to compare by Welch's t-test over seeds; repeatable",
+    )
+    parser.add_argument("--baseline", default=None, help="compare every other configuration with this one (as --compare OTHER BASELINE)")
     return parser.parse_args(argv)
 
 
@@ -81,6 +91,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"runs of {label!r} share a seed ({', '.join(str(run.path) for run in runs)}): they come from different "
                 "sweeps (e.g. quick and table2, whose lengths differ); report each sweep on its own"
             )
+    avg_key, _ = held_out_keys(groups)
+    pairs = [tuple(pair) for pair in args.compare]
+    if args.baseline is not None:
+        pairs += [(label, args.baseline) for label in groups if label != args.baseline]
+    if pairs and avg_key is None:
+        raise SystemExit("--compare/--baseline: the runs logged no held-out score (val/avg@k) to compare")
+    try:  # before any figure is drawn: a misspelt label fails at once
+        comparisons = comparisons_table(groups, pairs, avg_key) if pairs else None
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     args.out.mkdir(parents=True, exist_ok=True)
     curves = plot_curves(groups, args.out / "curves.png", args.smooth)
     fidelity = plot_fidelity(groups, args.out / "fidelity.png")
@@ -98,6 +118,15 @@ def main(argv: list[str] | None = None) -> int:
         COLUMN_NOTES,
         "",
     ]
+    if avg_key is not None:
+        lines += ["Held out, per seed (the runs behind the table's means):", "", per_seed_scores_table(groups, avg_key), ""]
+    if comparisons is not None:
+        lines += [
+            "Comparisons (Welch's t-test over seeds, two-sided; the interval is the 95% one of the difference of means):",
+            "",
+            comparisons,
+            "",
+        ]
     tasks = per_task_table(groups)
     if tasks is not None:
         lines += ["Held out, per task of the mixture (mean ± spread over seeds, as above):", "", tasks, ""]

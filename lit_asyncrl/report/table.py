@@ -26,7 +26,7 @@ def _cell(value: tuple[float, float] | None, digits: int = 3, scientific: bool =
     return text
 
 
-def _held_out_keys(groups: dict[str, list[Run]]) -> tuple[str | None, str | None]:
+def held_out_keys(groups: dict[str, list[Run]]) -> tuple[str | None, str | None]:
     names = sorted({name for runs in groups.values() for run in runs for name in run.series})
     avg = next((name for name in names if name.startswith("val/avg@")), None)
     passed = next((name for name in names if name.startswith("val/pass@")), None)
@@ -36,7 +36,7 @@ def _held_out_keys(groups: dict[str, list[Run]]) -> tuple[str | None, str | None
 def results_table(groups: dict[str, list[Run]]) -> str:
     """Markdown: held-out avg@k and pass@k at the end, lowest train-infer mask, EWMA resets,
     fidelity per version gap, mask disagreement, median step time and wall time."""
-    avg_key, pass_key = _held_out_keys(groups)
+    avg_key, pass_key = held_out_keys(groups)
     gap_columns = [bucket.replace("gap_", "gap ") for bucket in GAP_BUCKETS]
     header = [
         "configuration",

@@ -1,0 +1,100 @@
+"""The report's per-seed scores and Welch comparisons, on hand-written runs with hand-computed
+statistics."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from lit_asyncrl.report.comparisons import welch
+from lit_asyncrl.report.main import main as report_main
+from tests.test_report import write_run
+
+
+def held_out_runs(root: Path, experiment: str, scores: list[tuple[float, float]]) -> None:
+    """One finished run per seed, held-out avg@4 at start and end as given."""
+    for seed, (start, end) in enumerate(scores):
+        rows = [{"step": 0, "val/avg@4": start, "train/task_success": 0.0}, {"step": 5, "val/avg@4": end, "train/task_success": 0.1}]
+        write_run(root / f"experiment={experiment},seed={seed}", [f"experiment={experiment}", f"seed={seed}"], rows)
+
+
+def table_after(report: str, heading: str) -> list[list[str]]:
+    lines = report.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith(heading)) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        if not line.startswith("|---"):
+            rows.append(line.strip("| ").split(" | "))
+    return rows
+
+
+def test_welch_matches_the_hand_computed_statistic_and_textbook_interval():
+    # A: mean 0.61, sample variance 1e-4; B: mean 0.41, same. se = sqrt(1e-4/3 + 1e-4/3) = 8.165e-3,
+    # t = 0.2 / se = 24.49; equal variances and sizes: df = 4, t(4, 0.975) = 2.776 (tables), so the
+    # interval is 0.2 -+ 2.776 * 8.165e-3 = [0.1773, 0.2227].
+    difference, low, high, t, p = welch([0.60, 0.62, 0.61], [0.40, 0.41, 0.42])
+    assert difference == pytest.approx(0.2)
+    assert t == pytest.approx(24.49, abs=0.01)
+    assert (low, high) == (pytest.approx(0.1773, abs=2e-4), pytest.approx(0.2227, abs=2e-4))
+    assert p < 1e-4
+    # unequal sizes and variances: A 0.5, 0.7 (var 0.02), B 0.2, 0.3, 0.4 (var 0.01):
+    # se^2 = 0.02/2 + 0.01/3 = 0.013333, t = 0.3 / 0.11547 = 2.598; df = 0.013333^2 / (0.01^2/1 +
+    # 0.003333^2/2) = 1.684, under 2: p is above 0.1 (t(2, 0.95) = 2.92 > 2.598 already)
+    difference, low, high, t, p = welch([0.5, 0.7], [0.2, 0.3, 0.4])
+    assert (difference, t) == (pytest.approx(0.3), pytest.approx(2.598, abs=1e-3))
+    assert 0.1 < p < 0.5 and low < 0 < high
+    assert math.isclose((low + high) / 2, difference)
+
+
+def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
+    sweep = tmp_path / "sweep"
+    held_out_runs(sweep, "snapshot", [(0.40, 0.60), (0.40, 0.62), (0.40, 0.61)])
+    held_out_runs(sweep, "linear_prox", [(0.40, 0.40), (0.42, 0.41), (0.38, 0.42)])
+    held_out_runs(sweep, "ppo_ewma", [(0.40, 0.5), (0.40, 0.7)])
+    out = tmp_path / "report"
+    assert report_main([str(sweep), "--out", str(out), "--baseline", "snapshot", "--compare", "ppo_ewma", "linear_prox"]) == 0
+    report = (out / "report.md").read_text()
+    header, *rows = table_after(report, "Held out, per seed")
+    assert header == [
+        "configuration",
+        "seed 0: avg@4 start -> end",
+        "seed 1: avg@4 start -> end",
+        "seed 2: avg@4 start -> end",
+        "mean change",
+    ]
+    per_seed = {row[0]: row[1:] for row in rows}
+    assert per_seed["snapshot"] == ["0.400 -> 0.600", "0.400 -> 0.620", "0.400 -> 0.610", "+0.210"]
+    assert per_seed["ppo_ewma"] == ["0.400 -> 0.500", "0.400 -> 0.700", "–", "+0.200"]
+    _, *rows = table_after(report, "Comparisons")
+    compared = {(row[0], row[1]): row[2:] for row in rows}
+    assert list(compared) == [("ppo_ewma", "linear_prox"), ("linear_prox", "snapshot"), ("ppo_ewma", "snapshot")]
+    # linear_prox - snapshot at the end: the first case of the test above, negated: -0.2 [-0.223, -0.177]
+    seeds, end, end_test, change, _, verdict = compared[("linear_prox", "snapshot")]
+    assert seeds == "3, 3" and end == "-0.200 [-0.223, -0.177]" and end_test.startswith("-24.49, 0.000")
+    assert verdict == "B higher (p < 0.05)"
+    # change: linear 0.00, -0.01, +0.04 (mean 0.01) against 0.20, 0.22, 0.21 (mean 0.21)
+    assert change.startswith("-0.200 [")
+    # ppo_ewma (0.5, 0.7) - linear_prox (0.40, 0.41, 0.42) at the end: 0.6 - 0.41 = 0.19, 2 and 3 seeds
+    assert compared[("ppo_ewma", "linear_prox")][1].startswith("+0.190 [")
+    assert compared[("ppo_ewma", "linear_prox")][-1] == "not separable with 2 and 3 seeds"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--baseline", "snapshots"], "no configuration 'snapshots'; the runs hold: 'ppo_ewma', 'snapshot'"),
+        (["--compare", "snapshot", "ppo_ewma"], "'ppo_ewma' has 1 run(s) with held-out scores; a test needs two or more"),
+    ],
+)
+def test_a_comparison_the_runs_cannot_make_is_refused_before_any_figure(tmp_path, arguments, message):
+    sweep = tmp_path / "sweep"
+    held_out_runs(sweep, "snapshot", [(0.4, 0.6), (0.4, 0.62)])
+    held_out_runs(sweep, "ppo_ewma", [(0.4, 0.5)])
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        report_main([str(sweep), "--out", str(tmp_path / "report"), *arguments])
+    assert not (tmp_path / "report").exists()
