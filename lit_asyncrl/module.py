@@ -17,6 +17,7 @@ from lit_asyncrl.fidelity import ReferenceFidelity
 from lit_asyncrl.frozen_checkpoint import leave_out_frozen, restore_frozen
 from lit_asyncrl.fsdp import FSDP2Strategy, shard_policy
 from lit_asyncrl.gap_stats import abs_stats_by_gap
+from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.losses.aggregation import global_batch_scale
 from lit_asyncrl.models import resolve_model_path
@@ -103,6 +104,7 @@ class AsyncRLModule(L.LightningModule):
         self._last_step_start: float | None = None
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        kill_if_asked("checkpoint_write", self.global_step)
         # Frozen parameters (the base under an adapter, frozen layers) come back from the model folder.
         leave_out_frozen(checkpoint, self, str(self.hparams.model_path))
 

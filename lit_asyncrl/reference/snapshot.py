@@ -93,6 +93,9 @@ class SnapshotReference(ReferenceSource):
                 f"reference max_staleness={self.max_staleness} is below {config_key('rollout.max_version_gap')}={cap}: tokens of the "
                 "oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
+        # A checkpoint that keeps pending episodes keeps the snapshots their versions need (the
+        # resident ones: the versions still referenced, `release_unreferenced`).
+        self._retention.checkpoint_snapshots = rollouts.checkpoint_pending
         self._rollouts = rollouts
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:

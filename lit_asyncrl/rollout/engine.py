@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.rollout.changed_tensors import ChangedTensors
 from lit_asyncrl.rollout.engine_adapters import EngineAdapters
 from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, vllm_device_type, weight_sender
@@ -295,6 +296,7 @@ class VLLMEngine(EngineLoop):
             start = time.perf_counter()
             path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir)
             written = time.perf_counter()
+            kill_if_asked("weight_push", version)
             # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
             self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
             timings = {"write_s": written - start, "pause_s": time.perf_counter() - written, "bytes": float(nbytes)}
@@ -306,6 +308,7 @@ class VLLMEngine(EngineLoop):
         start = time.perf_counter()
         self.pause()
         try:
+            kill_if_asked("weight_push", version)
             nbytes = self._sender.push(state_dict, self.weight_sync_client())
             self.set_version(version)
         finally:

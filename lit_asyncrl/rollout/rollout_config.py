@@ -184,8 +184,13 @@ class FailureSettings:
     #: Times a dead or stalled engine is replaced by a new one with the latest weights and version
     #: (its episodes in flight dropped as "lost") before the run stops; 0 = stop at once.
     engine_restarts: int = 0
+    #: Checkpoints keep the finished episodes not yet trained, and a resumed run trains them (false:
+    #: they are dropped at the resume with the reason "restart" and generated anew).
+    checkpoint_pending: bool = True
 
     def check_failures(self) -> None:
+        if not isinstance(self.checkpoint_pending, bool):
+            raise ValueError(f"{config_key('rollout.checkpoint_pending')} must be true or false, got {self.checkpoint_pending!r}")
         if not 0.0 <= self.env_failure_limit <= 1.0:
             raise ValueError(f"{config_key('rollout.env_failure_limit')} must be in [0, 1], got {self.env_failure_limit}")
         require_int("env_failure_window", self.env_failure_window, 1)

@@ -65,13 +65,16 @@ class RolloutService(Protocol):
     weight_sync_every: int
     #: Advantage groups in one training batch, over all training processes together.
     groups_per_batch: int
+    #: Checkpoints keep the pending episodes, and a resume trains them (`rollout.checkpoint_pending`).
+    checkpoint_pending: bool
 
     def configure(self, world_size: int, rank: int) -> RolloutService:
         """The service as training process `rank` of `world_size` uses it; called once the
         trainer's world size is known, before `start`. Several processes share one service (on rank 0)."""
 
     def state_dict(self) -> dict:
-        """What a checkpoint keeps of the service (its accounting: produced = trained + dropped + pending)."""
+        """What a checkpoint keeps of the service (its accounting: produced = trained + dropped + pending,
+        and with `checkpoint_pending` the pending episodes)."""
 
     def load_state_dict(self, state: dict) -> None:
         """Take back what `state_dict` gave, before `start`."""

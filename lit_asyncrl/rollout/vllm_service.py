@@ -61,7 +61,11 @@ class VLLMRolloutService:
 
         self.model_path, self.env, self.rollout = str(model_path), env, rollout
         self.group_size, self.groups_per_batch = rollout.group_size, rollout.groups_per_batch
-        self.max_version_gap, self.weight_sync_every = rollout.max_version_gap, rollout.weight_sync_every
+        self.max_version_gap, self.weight_sync_every, self.checkpoint_pending = (
+            rollout.max_version_gap,
+            rollout.weight_sync_every,
+            rollout.checkpoint_pending,
+        )
         self.temperature, self.top_k = rollout.temperature, rollout.top_k
         self.num_engines, self.seed = rollout.num_engines, seed
         # One trainer process assumed until `configure` says otherwise, so that a route this
@@ -103,10 +107,11 @@ class VLLMRolloutService:
         return RankZeroRollouts(self, rank=rank, world_size=world_size)
 
     def state_dict(self) -> dict:
-        return {"accounting": self.buffer.accounting_state()}
+        return {"accounting": self.buffer.state_dict(keep_pending=self.checkpoint_pending)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.buffer.restore_accounting(state["accounting"])
+        restored = self.buffer.load_state_dict(state["accounting"])  # new groups get ids past these: a batch tells groups apart by id
+        self._group_ids = itertools.count(max((t.group_id for group in restored for t in group), default=-1) + 1)
 
     @property
     def engine(self) -> Engine | None:
@@ -180,8 +185,8 @@ class VLLMRolloutService:
             temperature=self.temperature,
             top_k=self.top_k,
             max_context=self.engine_config.max_model_len,
-            # Each lane, and each restart, draws other instances than the first engine's.
-            seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane,
+            # Each lane, each restart and a resumed run (at its version) draw other instances than the first engine's.
+            seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane + 104_729 * self._version,
             groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
             dedicated=self.dedicated,
             env_failure_limit=self.rollout.env_failure_limit,

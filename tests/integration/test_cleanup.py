@@ -66,12 +66,12 @@ class Run:
     parent links, not by an inherited marker.)
     """
 
-    def __init__(self, overrides: list[str], run_dir: Path) -> None:
+    def __init__(self, overrides: list[str], run_dir: Path, env: dict[str, str] | None = None) -> None:
         self.run_dir = run_dir
         self.started_at = time.time()
         self.listing_before = listing()
         self.descendants: set[int] = set()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
         self.process = subprocess.Popen(
             command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint
@@ -110,6 +110,17 @@ class Run:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {what} within {timeout_s} s")
             time.sleep(0.2)
+
+    def until_it_ends(self, timeout_s: float = 300) -> int:
+        """Its exit code, tracking its processes until it ends by itself (e.g. at a kill point)."""
+        deadline = time.monotonic() + timeout_s
+        while self.process.poll() is None:
+            self.track()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the run did not end within {timeout_s} s")
+            time.sleep(0.2)
+        self.output = self.process.stdout.read()
+        return self.process.returncode
 
     def finish(self, timeout_s: float = 90) -> tuple[int, str, float]:
         self.track()

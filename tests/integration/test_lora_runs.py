@@ -60,9 +60,11 @@ def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resu
     run_hydra([*LORA_RUN, "trainer.max_steps=10", f"ckpt_path='{first / 'checkpoints' / 'last.ckpt'}'", f"hydra.run.dir={second}"])
     resumed = read_rows(second / "metrics.csv")
     assert [row["step"] for row in resumed] == [8, 9]
-    # The first batch after the resume was sampled at the checkpoint's version: the engine took the
-    # checkpoint's adapter, and the trainer's restored one scores it exactly.
-    assert resumed[0]["train/version_gap_max"] == 0
+    # Every token after the resume is scored exactly: the episodes pending at the checkpoint (trained
+    # first) by the checkpointed snapshots of their versions' adapters, the new ones by the
+    # checkpoint's adapter, which the engine served (a wrong adapter would show here, > 1e-2).
+    assert saved["RolloutDataModule"]["rollout_service"]["accounting"]["pending"] == resumed[0]["rollout/restored"] > 0
+    assert resumed[0]["rollout/restored_trained"] > 0 and resumed[0]["rollout/dropped_restart"] == 0
     for row in resumed:
         assert row["train/ref_behavior_logratio_absmax"] < 1e-4
         assert row["rollout/weight_push_bytes"] == ADAPTER_BYTES

@@ -1,78 +1,92 @@
-"""A run SIGKILLed mid-training resumes from its last periodic checkpoint without losing count."""
+"""A run killed twice (SIGKILL in the middle of a weight push, then while a checkpoint is being made)
+resumes each time from its latest complete checkpoint and finishes: each step logged once over the
+three segments, the accounting whole, the engine serving the checkpoint's version first, the EWMA's
+state carried, the episodes pending at a checkpoint trained after the resume, nothing left behind."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
+from pathlib import Path
 
 import pytest
 import torch
 
+from lit_asyncrl.kill_points import KILL_AT
 from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
 from tests.integration.test_cleanup import Run
 
 # Compares listings, as the cleanup tests do, in the group of runs stopped from outside.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 
+# PPO-EWMA with beta from the observed staleness window (W / (W + 2)): the window is part of the
+# EWMA's state. Weights reach the engine every second step, so the run trains on stale tokens
+# whatever the timing; slow answers (0.5 s) keep each step a few seconds long.
+RUN = [
+    "experiment=ppo_ewma",
+    "reference.beta=null",
+    "rollout.weight_sync_every=2",
+    "env.latency_s=0.5",
+    "trainer.num_sanity_val_steps=0",
+    "checkpoint_every=2",
+]
 
-def wait_for_complete_checkpoint(run: Run, name: str, timeout_s: float = 300):
-    path = run.run_dir / "checkpoints" / name
-    run.wait_for(path.exists, name, timeout_s)
-    size = -1
-    while size != path.stat().st_size:  # still being written
-        size = path.stat().st_size
-        time.sleep(1.0)
-    return path
+
+def killed_at(point: str, step: int, overrides: list[str], run_dir: Path) -> Path:
+    """Run until the kill point; check it died by SIGKILL and left nothing; its latest checkpoint."""
+    run = Run([*RUN, "trainer.max_steps=500", *overrides], run_dir, env={KILL_AT: f"{point}@{step}"})
+    assert run.until_it_ends() == -9, run.output[-3000:]
+    run.assert_nothing_left()  # the reaper took the engine down and removed the run's dirs
+    (latest,) = (run_dir / "checkpoints").glob("step=*.ckpt")  # the periodic checkpoint keeps one
+    return latest
 
 
-def test_sigkill_mid_run_then_resume_keeps_version_ewma_and_accounting(tmp_path):
-    first, second = tmp_path / "first", tmp_path / "second"
-    # Slow answers (0.5 s) keep each step a few seconds long: step=3.ckpt lives until step=6.ckpt replaces it.
-    slow = ["env.latency_s=0.5", "trainer.num_sanity_val_steps=0"]
-    # beta from the observed staleness window (W / (W + 2)): the window is part of the EWMA's state.
-    # Weights reach the engine every second step, so the first run trains on stale tokens whatever
-    # the timing (with a push every step, a trainer quicker than the 0.5 s before an episode's first
-    # turn trained three on-policy batches, and the window stayed 0: seen once).
-    stale = ["rollout.weight_sync_every=2"]
-    run = Run(["experiment=ppo_ewma", "reference.beta=null", "checkpoint_every=3", "trainer.max_steps=500", *slow, *stale], first)
-    checkpoint_path = wait_for_complete_checkpoint(run, "step=3.ckpt")
-    os.kill(run.process.pid, signal.SIGKILL)
-    run.process.wait(timeout=10)
-    run.assert_nothing_left()  # the reaper took the engine down
+def resume_from(checkpoint: Path) -> str:
+    return f"ckpt_path='{checkpoint}'"
 
-    checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-    assert checkpoint["global_step"] == 3
+
+def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(tmp_path):
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    # 1. Killed at the push of version 6 (after 6 steps), its weights file written, not loaded: the
+    # push comes before the step's checkpoint, so the latest complete one is step 4's.
+    at_4 = killed_at("weight_push", 6, [], first)
+    # 2. Resumed from it, killed while the step-8 checkpoint is being made: step 6's is the latest.
+    at_6 = killed_at("checkpoint_write", 8, [resume_from(at_4)], second)
+    assert (at_4.name, at_6.name) == ("step=4.ckpt", "step=6.ckpt")
+    for directory in (first, second):  # no checkpoint half-written: each one there loads
+        for path in (directory / "checkpoints").iterdir():
+            assert torch.load(path, map_location="cpu", weights_only=False)["global_step"] in (4, 6), path
+    # 3. Resumed from that, to the end.
+    run_hydra([*RUN, *SMALL_RUN, "trainer.max_steps=9", resume_from(at_6), f"hydra.run.dir={third}"])
+
+    # Stitched over the segments (each up to the checkpoint the next resumed from), every step
+    # appears once: the steps a kill lost were taken again and logged by the next segment.
+    segments = [read_rows(directory / "metrics.csv") for directory in (first, second, third)]
+    stitched = [row for row in segments[0] if row["step"] < 4] + [row for row in segments[1] if 4 <= row["step"] < 6] + segments[2]
+    assert [row["step"] for row in stitched] == list(range(9))
+    assert [row["step"] for row in segments[1]][:2] == [4, 5] and [row["step"] for row in segments[2]] == [6, 7, 8]
+    for row in stitched:  # produced = trained + dropped (by reason) + pending, over the whole run
+        assert row["rollout/produced"] == row["rollout/trained"] + row["rollout/dropped"] + row["rollout/pending"]
+    for rows, version in ((segments[1], 4), (segments[2], 6)):  # the engine served the checkpoint's version first
+        assert all(row["rollout/engine_version"] >= version for row in rows)
+
+    checkpoint = torch.load(at_6, map_location="cpu", weights_only=False)
     saved = checkpoint["RolloutDataModule"]["rollout_service"]["accounting"]
     assert saved["produced"] == saved["trained"] + sum(saved["dropped"].values()) + saved["pending"]
-    ewma_states = [state for key, state in checkpoint["callbacks"].items() if "EWMAReference" in key]
-    assert len(ewma_states) == 1
-
-    run_hydra(
-        [
-            "experiment=ppo_ewma",
-            "reference.beta=null",
-            "trainer.max_steps=6",
-            f"ckpt_path='{checkpoint_path}'",
-            f"hydra.run.dir={second}",
-            "trainer.num_sanity_val_steps=0",
-            *SMALL_RUN,
-        ]
-    )
-    rows = read_rows(second / "metrics.csv")
-    assert [row["step"] for row in rows] == [3, 4, 5]  # the version continues from the checkpoint
-    assert not (second / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
-    # The engine served the checkpoint's weights as version 3 before any rollout: on-policy first batch.
-    assert rows[0]["train/version_gap_max"] == 0
-    assert abs(rows[0]["train/ratio_max"] - 1) < 1e-3 and abs(rows[0]["train/ratio_min"] - 1) < 1e-3
-    for row in rows:  # produced = trained + dropped (by reason) + pending, the first run's included
-        assert row["rollout/produced"] == row["rollout/trained"] + row["rollout/dropped"] + row["rollout/pending"]
-        assert row["rollout/dropped_restart"] == saved["pending"]  # the checkpoint's pending, not kept
+    # The episodes pending at the checkpoint came back and were trained first (the buffer's oldest):
+    # the first batch holds as many of them as it takes; none was dropped as "restart".
+    assert saved["pending"] == sum(len(group) for group in saved["pending_groups"]) > 0
+    episodes_per_batch = segments[2][0]["rollout/trained"] - saved["trained"]
+    assert segments[2][0]["rollout/restored_trained"] == min(saved["pending"], episodes_per_batch)
+    for row in segments[2]:
+        assert row["rollout/dropped_restart"] == 0 and row["rollout/restored"] == saved["pending"]
         assert row["rollout/trained"] >= saved["trained"] and row["rollout/produced"] >= saved["produced"]
-    # The EWMA state the resumed run starts from is the checkpoint's. Its first batch is on policy
-    # (gap 0), so the window its beta comes from is the checkpoint's alone: a fresh EWMA would have
-    # observed no gap and used beta 0. Its reset counter carries on (one more if that step reset).
-    window = ewma_states[0]["observed_window"]
-    assert window is not None and window > 0  # the first run trained on stale tokens
-    assert rows[0]["reference/ewma_beta"] == pytest.approx(window / (window + 2))
-    assert rows[0]["reference/ewma_resets"] - ewma_states[0]["num_resets"] in (0.0, 1.0)
+    assert not (third / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
+
+    # The EWMA state the resumed run starts from is the checkpoint's: its beta comes from the larger
+    # of the checkpoint's window and the first batch's gap (a fresh EWMA would know only the latter),
+    # and its reset counter carries on (one more if that step reset).
+    (ewma_state,) = [state for key, state in checkpoint["callbacks"].items() if "EWMAReference" in key]
+    window = ewma_state["observed_window"]
+    assert window is not None and window > 0  # the run trained on stale tokens
+    seen = max(window, segments[2][0]["train/version_gap_max"])
+    assert segments[2][0]["reference/ewma_beta"] == pytest.approx(seen / (seen + 2))
+    assert segments[2][0]["reference/ewma_resets"] - ewma_state["num_resets"] in (0.0, 1.0)

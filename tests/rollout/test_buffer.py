@@ -82,11 +82,11 @@ def test_accounting_carries_over_a_restart_with_the_lost_pending_episodes_counte
     before.take(1, timeout_s=0.1)  # 2 trained
     before.set_trainer_version(2)  # the two version-0 groups left: one trained, one stale (2 episodes)
     before.drop_produced(1, "env_error")
-    state = before.accounting_state()
+    state = before.state_dict(keep_pending=False)
     assert state == {"produced": 9, "trained": 2, "dropped": {"stale": 2, "env_error": 1}, "pending": 4, "by_task": {}}
 
     after = RolloutBuffer(capacity=16, max_version_gap=1)
-    after.restore_accounting(state)
+    after.load_state_dict(state)
     assert (after.produced, after.trained, after.pending) == (9, 2, 0)
     assert after.dropped == {"stale": 2, "env_error": 1, "restart": 4}  # the 4 pending were not kept
     assert after.accounting_holds()
@@ -109,10 +109,57 @@ def test_a_mixtures_episodes_are_counted_per_task_as_produced_trained_and_droppe
     }  # fmt: skip
     # A checkpoint carries them over.
     resumed = RolloutBuffer(capacity=16, max_version_gap=1)
-    resumed.restore_accounting(buffer.accounting_state())
+    resumed.load_state_dict(buffer.state_dict(keep_pending=False))
     assert resumed.by_task == buffer.by_task
     # A single task's episodes (task None) add no per-task counts.
     single = RolloutBuffer(capacity=4, max_version_gap=1)
     single.try_reserve(1)
     single.put_group(make_group(0, [[0]]), reserved=1)
     assert not any("/" in key for key in single.counts())
+
+
+def test_pending_groups_kept_by_a_checkpoint_are_trained_after_the_resume(tmp_path):
+    import collections
+    import math
+
+    import torch
+
+    before = RolloutBuffer(capacity=16, max_version_gap=2)
+    for group_id, versions in enumerate([[[0], [0]], [[1, 2], [2]], [[2], [2, 2]]]):
+        before.try_reserve(2)
+        before.put_group(make_group(group_id, versions), reserved=2)
+    before.take(1, timeout_s=0.1)  # group 0 trained; groups 1 and 2 pending
+    kept = before.pending_trajectories()[0]  # group 1's first episode: scored at its v1 token, not yet at v2
+    kept.old_logprobs[1], kept.old_versions[1] = -0.25, 1
+    kept.advantage, kept.reward, kept.task = 0.7, 1.0, "desk"
+    kept.tool_calls["lookup"] += 2
+    # Through a file as Lightning writes and reads checkpoints, read back with weights_only=True.
+    torch.save({"rollout": before.state_dict(keep_pending=True)}, tmp_path / "last.ckpt")
+    state = torch.load(tmp_path / "last.ckpt", weights_only=True)["rollout"]
+
+    after = RolloutBuffer(capacity=16, max_version_gap=2)
+    restored = after.load_state_dict(state)
+    assert [[t.group_id for t in group] for group in restored] == [[1, 1], [2, 2]]
+    assert (after.produced, after.trained, after.pending, after.num_dropped) == (6, 2, 4, 0)  # nothing dropped as "restart"
+    assert after.accounting_holds() and (after.counts()["restored"], after.counts()["restored_trained"]) == (4, 0)
+    episode = restored[0][0]
+    assert episode.token_ids == [1, 5, 5] and episode.loss_mask == [False, True, True] and episode.versions == [-1, 1, 2]
+    assert episode.behavior_logprobs == [0.0, -0.5, -0.5]
+    assert episode.old_logprobs[1] == -0.25 and episode.old_versions == [-1, 1, -1] and math.isnan(episode.old_logprobs[2])
+    assert (episode.advantage, episode.reward, episode.task) == (0.7, 1.0, "desk")
+    assert episode.tool_calls == collections.Counter(lookup=2)
+    # The trainer at version 3: group 1's v1 token is 2 behind (kept); taken in their order.
+    after.set_trainer_version(3)
+    first, second = after.take(2, timeout_s=0.1)
+    assert (first[0].group_id, second[0].group_id) == (1, 2) and after.accounting_holds()
+    assert after.counts()["restored_trained"] == 4
+
+
+def test_a_checkpoint_without_its_pending_groups_counts_them_as_dropped_at_the_restart():
+    before = RolloutBuffer(capacity=8, max_version_gap=2)
+    before.try_reserve(2)
+    before.put_group(make_group(0, [[0], [0]]), reserved=2)
+    after = RolloutBuffer(capacity=8, max_version_gap=2)
+    assert after.load_state_dict(before.state_dict(keep_pending=False)) == []
+    assert (after.pending, after.dropped["restart"]) == (0, 2) and after.accounting_holds()
+    assert "restored" not in after.counts()  # logged only after a resume that put episodes back

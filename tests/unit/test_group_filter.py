@@ -78,7 +78,7 @@ def test_the_filters_counts_survive_a_resume():
     )
     put(buffer, group(0, [0.0, 0.0], cut_off=["turns", None]))
     resumed = RolloutBuffer(capacity=8, max_version_gap=3, group_filter=buffer.group_filter)
-    resumed.restore_accounting(buffer.accounting_state())
+    resumed.load_state_dict(buffer.state_dict(keep_pending=False))
     assert (resumed.zero_advantage_kept, resumed.masked_overlong, resumed.dropped["restart"]) == (2, 1, 2)
 
 
