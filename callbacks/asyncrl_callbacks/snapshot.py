@@ -60,10 +60,12 @@ class SnapshotRetention(Callback):
         storage_dtype: Host dtype of floating-point parameters (``torch.bfloat16`` or ``"bfloat16"``
             halves memory but makes pi_old approximate). ``None`` keeps the training dtype (exact).
         pin_memory: Pinned host memory for weights that live on CUDA.
-        checkpoint_snapshots: Also write the snapshots into checkpoints. Off by default: they are
-            ``max_staleness + 1`` copies of the model. Without them a resumed run only has the
-            resumed version, so the training code must drop tokens whose version is gone
-            (:meth:`has_version`).
+        checkpoint_snapshots: Also write the snapshots into checkpoints: ``True`` every resident
+            one, or a callable returning the versions to write (e.g. those that stored rollouts
+            still need; the newest is the checkpoint's own weights and is saved again at the
+            resume). Off by default: they are up to ``max_staleness + 1`` copies of the model.
+            Without them a resumed run only has the resumed version, so the training code must
+            drop tokens whose version is gone (:meth:`has_version`).
         log_metrics: Log ``snapshot/*`` metrics at each training batch end (they are also kept in
             :attr:`metrics`).
         keep: ``"trainable"`` (default): a snapshot copies the parameters that require a gradient
@@ -96,7 +98,7 @@ class SnapshotRetention(Callback):
         max_bytes: int | None = None,
         storage_dtype: torch.dtype | str | None = None,
         pin_memory: bool = True,
-        checkpoint_snapshots: bool = False,
+        checkpoint_snapshots: bool | Callable[[], Iterable[int]] = False,
         log_metrics: bool = True,
         keep: str = "trainable",
     ) -> None:
@@ -188,9 +190,10 @@ class SnapshotRetention(Callback):
 
     @override
     def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
-        """Write the snapshots when ``checkpoint_snapshots`` is set."""
+        """Write the snapshots when ``checkpoint_snapshots`` is set (those it names, when a callable)."""
         if self.checkpoint_snapshots:
-            checkpoint[self._checkpoint_key] = {v: self.store.get(v) for v in self.store.versions}
+            wanted = set(self.checkpoint_snapshots()) if callable(self.checkpoint_snapshots) else set(self.store.versions)
+            checkpoint[self._checkpoint_key] = {v: self.store.get(v) for v in self.store.versions if v in wanted}
 
     @override
     def on_load_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:

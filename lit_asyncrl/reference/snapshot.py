@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 from asyncrl_callbacks import SnapshotRetention
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.reference.base import ReferenceSource
@@ -36,6 +37,7 @@ class SnapshotReference(ReferenceSource):
         self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = max_staleness, max_resident, max_bytes, storage_dtype
         self._retention = self.make_retention()
         self._rollouts: RolloutService | None = None
+        self._warned_missing = False
 
     def make_retention(self) -> SnapshotRetention:
         """The callback that keeps the snapshots (a subclass may keep them elsewhere)."""
@@ -93,10 +95,13 @@ class SnapshotReference(ReferenceSource):
                 f"reference max_staleness={self.max_staleness} is below {config_key('rollout.max_version_gap')}={cap}: tokens of the "
                 "oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
-        # A checkpoint that keeps pending episodes keeps the snapshots their versions need (the
-        # resident ones: the versions still referenced, `release_unreferenced`).
-        self._retention.checkpoint_snapshots = rollouts.checkpoint_pending
+        # A checkpoint that keeps pending episodes keeps the snapshots their versions need.
+        self._retention.checkpoint_snapshots = self._versions_to_checkpoint if getattr(rollouts, "checkpoint_pending", False) else False
         self._rollouts = rollouts
+
+    def _versions_to_checkpoint(self) -> list[int]:
+        """The versions live tokens refer to, but the newest: a checkpoint's weights are that version."""
+        return [version for version in self._rollouts.live_versions() if version != self._retention.latest_version]
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         ref_logprobs = self.logprobs_under(batch, batch["versions"], current_logprobs)
@@ -113,7 +118,23 @@ class SnapshotReference(ReferenceSource):
             logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
             return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
 
-        return self._retention.historical_logprobs(versions, batch["loss_mask"], score, current_logprobs=current_logprobs.detach())
+        # Tokens of a version without a snapshot (restored from a checkpoint written without it, e.g.
+        # before fidelity=true was added) get NaN: the loss masks and counts them (train/nonfinite_tokens).
+        missing = batch["loss_mask"] & ~self._resident(versions)
+        scores = self._retention.historical_logprobs(
+            versions, batch["loss_mask"] & ~missing, score, current_logprobs=current_logprobs.detach()
+        )
+        if missing.any() and not self._warned_missing:
+            self._warned_missing = True
+            rank_zero_warn(
+                f"reference=snapshot: tokens of versions {sorted(set(versions[missing].tolist()))} have no snapshot (restored from a "
+                "checkpoint that did not keep it); their pi_old is NaN, so the loss leaves them out and counts them in train/nonfinite_tokens"
+            )
+        return scores.masked_fill(missing, float("nan"))
+
+    def _resident(self, versions: torch.Tensor) -> torch.Tensor:
+        resident = torch.tensor(self._retention.versions, dtype=versions.dtype, device=versions.device)
+        return torch.isin(versions, resident)
 
 
 def _holds_exactly(storage: torch.dtype, live: torch.dtype) -> bool:

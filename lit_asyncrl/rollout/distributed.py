@@ -80,7 +80,7 @@ class RankZeroRollouts:
         self.max_version_gap = service.max_version_gap
         self.weight_sync_every = service.weight_sync_every
         self.groups_per_batch = service.groups_per_batch
-        self.checkpoint_pending = service.checkpoint_pending
+        self.checkpoint_pending = getattr(service, "checkpoint_pending", False)
         self._group: Any = None
 
     @property

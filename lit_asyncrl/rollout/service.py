@@ -65,8 +65,6 @@ class RolloutService(Protocol):
     weight_sync_every: int
     #: Advantage groups in one training batch, over all training processes together.
     groups_per_batch: int
-    #: Checkpoints keep the pending episodes, and a resume trains them (`rollout.checkpoint_pending`).
-    checkpoint_pending: bool
 
     def configure(self, world_size: int, rank: int) -> RolloutService:
         """The service as training process `rank` of `world_size` uses it; called once the
@@ -74,7 +72,8 @@ class RolloutService(Protocol):
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps of the service (its accounting: produced = trained + dropped + pending,
-        and with `checkpoint_pending` the pending episodes)."""
+        and the pending episodes when it keeps them: then it has `checkpoint_pending = True`, which
+        tells the snapshot reference to checkpoint the snapshots they need)."""
 
     def load_state_dict(self, state: dict) -> None:
         """Take back what `state_dict` gave, before `start`."""

@@ -110,7 +110,8 @@ class VLLMRolloutService:
         return {"accounting": self.buffer.state_dict(keep_pending=self.checkpoint_pending)}
 
     def load_state_dict(self, state: dict) -> None:
-        restored = self.buffer.load_state_dict(state["accounting"])  # new groups get ids past these: a batch tells groups apart by id
+        kept = {key: value for key, value in state["accounting"].items() if self.checkpoint_pending or key != "pending_groups"}
+        restored = self.buffer.load_state_dict(kept)  # new groups get ids past these: a batch tells groups apart by id
         self._group_ids = itertools.count(max((t.group_id for group in restored for t in group), default=-1) + 1)
 
     @property

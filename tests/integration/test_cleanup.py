@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -112,14 +113,19 @@ class Run:
             time.sleep(0.2)
 
     def until_it_ends(self, timeout_s: float = 300) -> int:
-        """Its exit code, tracking its processes until it ends by itself (e.g. at a kill point)."""
+        """Its exit code, tracking its processes until it ends by itself (e.g. at a kill point).
+        Its output is read meanwhile: a full pipe would stop it before it got there."""
+        chunks: list[str] = []
+        reader = threading.Thread(target=lambda: chunks.append(self.process.stdout.read()), daemon=True)
+        reader.start()
         deadline = time.monotonic() + timeout_s
         while self.process.poll() is None:
             self.track()
             if time.monotonic() > deadline:
                 raise AssertionError(f"the run did not end within {timeout_s} s")
             time.sleep(0.2)
-        self.output = self.process.stdout.read()
+        reader.join(timeout=30)  # its orphans may hold the pipe until the reaper ends them
+        self.output = "".join(chunks)
         return self.process.returncode
 
     def finish(self, timeout_s: float = 90) -> tuple[int, str, float]:

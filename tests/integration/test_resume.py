@@ -19,12 +19,13 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 
 # PPO-EWMA with beta from the observed staleness window (W / (W + 2)): the window is part of the
 # EWMA's state. Weights reach the engine every second step, so the run trains on stale tokens
-# whatever the timing; slow answers (0.5 s) keep each step a few seconds long.
+# whatever the timing. Twice the groups of a batch in flight: finished groups wait in the buffer at
+# every checkpoint (with as many in flight as a batch takes, it is often empty after a take).
 RUN = [
     "experiment=ppo_ewma",
     "reference.beta=null",
     "rollout.weight_sync_every=2",
-    "env.latency_s=0.5",
+    "rollout.max_concurrent_groups=8",
     "trainer.num_sanity_val_steps=0",
     "checkpoint_every=2",
 ]

@@ -133,8 +133,11 @@ def holds_for(predicate, duration_s: float = 0.3) -> bool:
     return True
 
 
-def make_service(model_path, *, max_version_gap: int = 3, buffer_capacity: int = 8, liveness_poll_s: float = 0.5) -> VLLMRolloutService:
+def make_service(
+    model_path, *, max_version_gap: int = 3, buffer_capacity: int = 8, liveness_poll_s: float = 0.5, checkpoint_pending: bool = True
+) -> VLLMRolloutService:
     settings = RolloutConfig(
+        checkpoint_pending=checkpoint_pending,
         group_size=2,
         groups_per_batch=1,
         max_version_gap=max_version_gap,
@@ -456,3 +459,23 @@ def test_a_mixtures_draws_see_the_buffers_accounting(engines, tokenizer):
     # the groups filed before it (2 episodes each).
     assert len(env.observed) >= 3
     assert [observed["produced"] for observed in env.observed[:3]] == [0, 2, 4]
+
+
+@pytest.mark.parametrize("checkpoint_pending", [True, False])
+def test_a_resumed_service_trains_the_stored_groups_and_numbers_new_ones_past_them(model_path, checkpoint_pending):
+    first = make_service(model_path)
+    for group_id in (5, 9):
+        assert first.buffer.try_reserve(2)
+        first.buffer.put_group(group_with_versions(group_id, [[3], [4]]), reserved=2)
+    state = first.state_dict()
+    assert [[episode["group_id"] for episode in group] for group in state["accounting"]["pending_groups"]] == [[5, 5], [9, 9]]
+    # The resumed run's own setting decides: false counts them as dropped at the restart.
+    resumed = make_service(model_path, checkpoint_pending=checkpoint_pending)
+    resumed.load_state_dict(state)
+    if checkpoint_pending:
+        assert (resumed.buffer.pending, resumed.buffer.dropped["restart"], next(resumed._group_ids)) == (4, 0, 10)
+    else:
+        assert (resumed.buffer.pending, resumed.buffer.dropped["restart"], next(resumed._group_ids)) == (0, 4, 0)
+    assert resumed.buffer.accounting_holds()
+    # A run that does not keep them writes none.
+    assert "pending_groups" not in make_service(model_path, checkpoint_pending=False).state_dict()["accounting"]

@@ -60,3 +60,41 @@ def test_the_module_binds_its_reference_and_its_shadow_once_per_fit(fidelity):
     assert asked == ["use_dedicated_worker", "start"]
     if fidelity:  # the shadow follows the service's cap (3), not its fallback window (8)
         assert module.fidelity.exact.retention.store.max_staleness == 3
+
+
+class KeepsPending(FakeRollouts):
+    """A service whose checkpoints keep the pending episodes, with tokens of versions 2 to 4 live."""
+
+    checkpoint_pending = True
+
+    def live_versions(self):
+        return [2, 3, 4]
+
+
+def test_a_checkpoint_that_keeps_pending_episodes_keeps_the_snapshots_they_need_and_no_other():
+    reference = SnapshotReference()
+    reference.bind(FakeRollouts())  # a service that keeps none: no snapshot in checkpoints
+    assert reference.retention.checkpoint_snapshots is False
+    reference = SnapshotReference()
+    reference.bind(KeepsPending())
+    layer = torch.nn.Linear(2, 2)
+    for version in (1, 2, 3, 4):
+        reference.retention.save_version(version, module=layer)
+    checkpoint = {}
+    reference.retention.on_save_checkpoint(None, None, checkpoint)  # type: ignore[arg-type]
+    (snapshots,) = checkpoint.values()
+    # 2 and 3 (live); not 1 (no live token), not 4 (the newest: the checkpoint's own weights)
+    assert sorted(snapshots) == [2, 3]
+
+
+def test_tokens_of_a_version_without_a_snapshot_get_nan_and_a_warning(recwarn):
+    reference = SnapshotReference()
+    reference.bind(KeepsPending())
+    reference.retention.save_version(3, module=torch.nn.Linear(2, 2))  # only the newest, 3, is resident
+    versions = torch.tensor([[-1, 1, 3]])  # a prompt token, a token of version 1 (restored, no snapshot), one of 3
+    batch = {"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3), "temperature": 1.0, "top_k": -1}
+    batch["loss_mask"] = torch.tensor([[False, True, True]])
+    current = torch.tensor([[0.0, -0.5, -0.25]])
+    scores = reference.logprobs_under(batch, versions, current)
+    assert scores[0, 0] == 0.0 and torch.isnan(scores[0, 1]) and scores[0, 2] == -0.25  # version 3 is the live weights
+    assert any("versions [1] have no snapshot" in str(warning.message) for warning in recwarn)

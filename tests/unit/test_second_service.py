@@ -28,7 +28,6 @@ class ReplayService:
     max_version_gap = 3
     weight_sync_every = 1
     groups_per_batch = 2
-    checkpoint_pending = False
 
     def __init__(self, model_path, seed: int) -> None:
         self.scorer = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()

@@ -27,7 +27,6 @@ class FakeRollouts:
 
     max_version_gap = 3
     weight_sync_every = 1
-    checkpoint_pending = False
     groups_per_batch = 2
 
     def __init__(self, timings: dict[str, float] | None = None) -> None:
