@@ -35,10 +35,12 @@ def write_run(path: Path, overrides: list[str], rows: list[dict], finished: bool
     return path
 
 
-def first_table(report: str) -> list[list[str]]:
-    """The rows (header first, no separator) of the report's first markdown table, the results."""
+def table_rows(report: str, after: str = "") -> list[list[str]]:
+    """The rows (header first, no separator) of the first markdown table after the line that starts
+    with `after` (the report's first table, the results, by default)."""
     lines = report.splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith("| "))
+    heading = next(index for index, line in enumerate(lines) if line.startswith(after)) if after else -1
+    start = next(index for index, line in enumerate(lines) if index > heading and line.startswith("| "))
     rows = []
     for line in lines[start:]:
         if not line.startswith("|"):
@@ -119,7 +121,7 @@ def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
         cli_main(["report", *map(str, sorted(sweep.iterdir())), "--out", str(out), "--smooth", "1"])
     assert exit_info.value.code == 0
     assert (out / "curves.png").stat().st_size > 10_000 and (out / "fidelity.png").stat().st_size > 5_000
-    header, *body = first_table((out / "report.md").read_text())
+    header, *body = table_rows((out / "report.md").read_text())
     table = {row[0]: dict(zip(header, row, strict=True)) for row in body}
     snapshot = table["snapshot"]
     # avg@4 at the end: 0.5 and 0.7 -> mean 0.6, sample sd 0.1414; pass@4: 0.9 and 1.0

@@ -11,7 +11,7 @@ import pytest
 
 from lit_asyncrl.report.comparisons import welch
 from lit_asyncrl.report.main import main as report_main
-from tests.test_report import write_run
+from tests.test_report import table_rows, write_run
 
 
 def held_out_runs(root: Path, experiment: str, scores: list[tuple[float, float]]) -> None:
@@ -19,18 +19,6 @@ def held_out_runs(root: Path, experiment: str, scores: list[tuple[float, float]]
     for seed, (start, end) in enumerate(scores):
         rows = [{"step": 0, "val/avg@4": start, "train/task_success": 0.0}, {"step": 5, "val/avg@4": end, "train/task_success": 0.1}]
         write_run(root / f"experiment={experiment},seed={seed}", [f"experiment={experiment}", f"seed={seed}"], rows)
-
-
-def table_after(report: str, heading: str) -> list[list[str]]:
-    lines = report.splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith(heading)) + 2
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        if not line.startswith("|---"):
-            rows.append(line.strip("| ").split(" | "))
-    return rows
 
 
 def test_welch_matches_the_hand_computed_statistic_and_textbook_interval():
@@ -59,7 +47,7 @@ def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
     out = tmp_path / "report"
     assert report_main([str(sweep), "--out", str(out), "--baseline", "snapshot", "--compare", "ppo_ewma", "linear_prox"]) == 0
     report = (out / "report.md").read_text()
-    header, *rows = table_after(report, "Held out, per seed")
+    header, *rows = table_rows(report, "Held out, per seed")
     assert header == [
         "configuration",
         "seed 0: avg@4 start -> end",
@@ -70,7 +58,7 @@ def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
     per_seed = {row[0]: row[1:] for row in rows}
     assert per_seed["snapshot"] == ["0.400 -> 0.600", "0.400 -> 0.620", "0.400 -> 0.610", "+0.210"]
     assert per_seed["ppo_ewma"] == ["0.400 -> 0.500", "0.400 -> 0.700", "–", "+0.200"]
-    _, *rows = table_after(report, "Comparisons")
+    _, *rows = table_rows(report, "Comparisons")
     compared = {(row[0], row[1]): row[2:] for row in rows}
     assert list(compared) == [("ppo_ewma", "linear_prox"), ("linear_prox", "snapshot"), ("ppo_ewma", "snapshot")]
     # linear_prox - snapshot at the end: the first case of the test above, negated: -0.2 [-0.223, -0.177]
