@@ -54,9 +54,11 @@ class RolloutBuffer:
         self.dropped: collections.Counter[str] = collections.Counter()
         #: A mixture's episodes by "<task>/<produced|trained|dropped_stale>" (empty for a single task).
         self.by_task: collections.Counter[str] = collections.Counter()
-        #: Episodes a resume put back from the checkpoint, and how many of them were trained since.
-        self.restored, self.restored_trained = 0, 0
+        #: Episodes a resume put back from the checkpoint and how many of them were trained since; and
+        #: trained episodes of the groups it continued (in flight at the checkpoint, `resumed`).
+        self.restored, self.restored_trained, self.resumed_trained = 0, 0, 0
         self._restored_groups: set[int] = set()
+        self._resumed_groups: set[int] = set()
 
     # -- accounting -----------------------------------------------------------------------------
     @property
@@ -80,7 +82,8 @@ class RolloutBuffer:
                 "pending": sum(len(group) for group in self._groups),
                 **self.by_task,
                 **self._filter_counts(),
-                **({"restored": self.restored, "restored_trained": self.restored_trained} if self.restored else {}),
+                **({"restored": self.restored, "restored_trained": self.restored_trained} if self._restored_groups else {}),
+                **({"resumed_trained": self.resumed_trained} if self._resumed_groups else {}),
             }
 
     def _filter_counts(self) -> dict[str, int]:
@@ -105,11 +108,11 @@ class RolloutBuffer:
                 state["pending_groups"] = groups_to_state(list(self._groups))
             return state
 
-    def load_state_dict(self, state: dict) -> list[list[Trajectory]]:
-        """Carry a checkpoint's counts over, and its pending groups when it kept them (they are
-        pending again, to be trained); pending episodes it did not keep count as dropped with the
-        reason "restart" (the resumed run generates others). Returns the groups put back."""
-        restored = groups_from_state(state["pending_groups"]) if "pending_groups" in state else []
+    def load_state_dict(self, state: dict, keep_pending: bool = True) -> list[list[Trajectory]]:
+        """Carry a checkpoint's counts over, and its pending groups when it kept them and `keep_pending`
+        (they are pending again, to be trained); pending episodes not put back count as dropped with
+        the reason "restart" (the resumed run generates others). Returns the groups put back."""
+        restored = groups_from_state(state["pending_groups"]) if keep_pending and "pending_groups" in state else []
         with self._condition:
             self.produced += state["produced"]
             self.trained += state["trained"]
@@ -123,6 +126,11 @@ class RolloutBuffer:
             self._restored_groups.update(group[0].group_id for group in restored)
             self._condition.notify_all()
         return restored
+
+    def resumed(self, group_ids: list[int]) -> None:
+        """Groups a resume continues (in flight at the checkpoint): counted in `restored_trained` once trained."""
+        with self._condition:
+            self._resumed_groups.update(group_ids)
 
     def pending_trajectories(self) -> list[Trajectory]:
         with self._condition:
@@ -199,8 +207,8 @@ class RolloutBuffer:
                     self._drops_since_batch = 0
                     for group in taken:
                         self._count_tasks(group, "trained")
-                        if group[0].group_id in self._restored_groups:
-                            self.restored_trained += len(group)
+                        self.restored_trained += len(group) if group[0].group_id in self._restored_groups else 0
+                        self.resumed_trained += len(group) if group[0].group_id in self._resumed_groups else 0
                     self._condition.notify_all()
                     return taken
                 remaining = None if deadline is None else deadline - time.monotonic()

@@ -1,9 +1,11 @@
-"""Finished groups that wait for the trainer, as plain values a checkpoint can hold and give back.
+"""The episodes a checkpoint keeps, as plain values it can hold and give back.
 
-A checkpoint keeps the episodes pending at its step (tokens, mu, versions, pi_old where a route
-attached it, rewards, advantages, group, task) so that a resumed run trains them instead of
-regenerating them. Only built-in types go in: Lightning may load checkpoints with
-`torch.load(weights_only=True)`, which refuses arbitrary classes.
+A checkpoint keeps the finished groups pending at its step (tokens, mu, versions, pi_old where a
+route attached it, rewards, advantages, group, task), so that a resumed run trains them instead of
+regenerating them, and the groups in flight (their episodes so far, the instance and the reset
+seeds), so that it continues them (`episode_replay.py`). Only built-in types go in (an instance as
+pickled bytes): Lightning may load checkpoints with `torch.load(weights_only=True)`, which refuses
+arbitrary classes.
 """
 
 from __future__ import annotations
@@ -47,3 +49,30 @@ def _trajectory_state(trajectory: Trajectory) -> dict:
         value = getattr(trajectory, field.name)
         state[field.name] = dict(value) if field.name in _COUNTERS else (list(value) if isinstance(value, list) else value)
     return state
+
+
+def in_flight_groups(engines: list, producers: list) -> list[dict]:
+    """Each live lane's groups in flight (`RolloutProducer.in_flight_state`), read on its engine's loop."""
+    groups = []
+    for engine, producer in zip(engines, producers):
+        if engine is None or producer is None or engine.dead_reason() is not None:
+            continue
+
+        async def read(producer=producer) -> list[dict]:
+            return producer.in_flight_state()
+
+        groups += engine.run(read(), timeout_s=60)
+    return groups
+
+
+def without_filed(in_flight: list[dict], accounting: dict) -> list[dict]:
+    """The groups read in flight that were not filed as pending since (read first, they may finish
+    before the buffer is read: then the buffer's copy counts)."""
+    pending = {group[0]["group_id"] for group in accounting.get("pending_groups", []) if group}
+    return [group for group in in_flight if group["group_id"] not in pending]
+
+
+def next_group_id(restored: list[list[Trajectory]], in_flight: list[dict]) -> int:
+    """The first id past every group a resume put back, pending or in flight."""
+    ids = [trajectory.group_id for group in restored for trajectory in group] + [group["group_id"] for group in in_flight]
+    return max(ids, default=-1) + 1

@@ -26,6 +26,14 @@ class EngineLanes:
         self.early_engines: list[Engine | None] = [None] * count
         self.router = LeastLoadedRouter()
 
+    def live_versions(self, trainer_version: int, oldest_pending: int | None) -> list[int]:
+        """From the oldest version a pending or in-flight token may carry to the newest (the
+        trainer's or an engine's)."""
+        newest = max([trainer_version, *(engine.version for engine in self.live_engines())])
+        in_flight = [producer.oldest_in_flight_version for producer in self.producers if producer is not None]
+        candidates = [version for version in (oldest_pending, *in_flight) if version is not None]
+        return list(range(min(candidates, default=newest), newest + 1))
+
     @property
     def started(self) -> bool:
         return any(engine is not None for engine in self.engines)

@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from lit_asyncrl.envs.base import Environment, Transition
-from lit_asyncrl.rollout.engine_protocol import Engine
+from lit_asyncrl.rollout.engine_protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
+from lit_asyncrl.rollout.episode_replay import EpisodeReplay, ReplayMismatch, append_recorded
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import UnencodableTextError
 
@@ -28,6 +29,7 @@ async def play_episode(
     top_k: int,
     max_context: int,
     seed: int | None = None,
+    recorded: Trajectory | None = None,
 ) -> Trajectory:
     """Alternate agent turns (sampled by the engine) and environment answers until done.
 
@@ -40,17 +42,22 @@ async def play_episode(
     environment call that raises, or answers with something that is not a Transition or cannot be
     encoded, ends the episode as failed (`trajectory.env_failure`): the environment's fault, not the
     agent's, so the producer drops it with that reason instead of training on it. Errors of the
-    engine are not the environment's and propagate.
+    engine are not the environment's and propagate. With `recorded` (an episode in flight at a
+    checkpoint, `episode_replay.py`) its turns are replayed, not sampled, and sampling goes on where it
+    stops; an environment that answers otherwise fails the episode with the reason "restart".
     """
     episode = env.new_episode(instance)
     started = time.monotonic()
     try:
         async with asyncio.timeout(env.episode_timeout_s):
-            await _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed)
+            replay = EpisodeReplay(recorded) if recorded is not None else None
+            await _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed, replay)
     except TimeoutError:
         trajectory.timed_out = True
     except EnvironmentFailure as failure:
         trajectory.env_failure, trajectory.env_failure_message = failure.reason, str(failure)
+    except ReplayMismatch as mismatch:
+        trajectory.env_failure, trajectory.env_failure_message = "restart", str(mismatch)
     finally:
         trajectory.duration_s = time.monotonic() - started
         close = getattr(episode, "close", None)
@@ -95,26 +102,19 @@ async def _env_call(call_env: EnvCaller, env: Environment, method: Any, *args: A
         raise EnvironmentFailure("env_error", f"{type(env).__name__}.{method.__name__} raised {error!r}") from error
 
 
-async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed) -> None:
+async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed, replay) -> None:
     first_observation = await _env_call(call_env, env, episode.reset, seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
     _add_observation(episode_format, episode_format.open, trajectory, first_observation, env)
-    for _ in range(env.max_turns):
+    for index in range(env.max_turns):
+        if replay is not None:
+            replay.check(trajectory)
         room = max_context - len(trajectory.token_ids)
         if room < 1:
             trajectory.cut_off = "context"
             return
-        turn_start = len(trajectory.token_ids)
-        turn = await engine.generate(
-            list(trajectory.token_ids),
-            max_tokens=min(env.max_turn_tokens, room),
-            temperature=temperature,
-            top_k=top_k,
-            stop_token_ids=episode_format.stop_token_ids,
-            # Provisional versions; the engine's final spans below are authoritative.
-            on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
-        )
-        trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
+        recorded = replay.turn(len(trajectory.token_ids), index) if replay is not None else None
+        turn = await _take_turn(engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), temperature, top_k)
         trajectory.num_turns += 1
         if turn.finish_reason == "length" and room < env.max_turn_tokens:
             trajectory.cut_off = "context"  # the turn ran into the end of the context, not its own limit
@@ -127,6 +127,31 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
             return
         _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
     trajectory.cut_off = trajectory.cut_off or "turns"
+
+
+async def _take_turn(engine, episode_format, trajectory, recorded, max_tokens, temperature, top_k) -> TurnOutput:
+    """One agent turn: as recorded when the recording holds it whole, else sampled (after the
+    recorded part of a turn cut by the checkpoint, if any); returns the whole turn."""
+    if recorded is not None:
+        append_recorded(trajectory, recorded)
+        if recorded.complete or len(recorded.token_ids) >= max_tokens:
+            reason = "length" if len(recorded.token_ids) >= max_tokens else "stop"
+            return TurnOutput(recorded.token_ids, recorded.logprobs, recorded.versions, reason)
+    done = recorded.token_ids if recorded is not None else []
+    turn_start = len(trajectory.token_ids)
+    turn = await engine.generate(
+        list(trajectory.token_ids),
+        max_tokens=max_tokens - len(done),
+        temperature=temperature,
+        top_k=top_k,
+        stop_token_ids=episode_format.stop_token_ids,
+        # Provisional versions; the engine's final spans below are authoritative.
+        on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
+    )
+    trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
+    if not done:
+        return turn
+    return TurnOutput(done + turn.token_ids, recorded.logprobs + turn.logprobs, recorded.versions + turn.versions, turn.finish_reason)
 
 
 def _add_observation(episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment) -> None:

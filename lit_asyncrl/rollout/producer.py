@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import pickle
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.checkpointed_groups import groups_from_state, groups_to_state
 from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.env_calls import EnvCaller
@@ -87,6 +89,12 @@ class RolloutProducer:
         self._start_versions: dict[int, int] = {}
         #: Trajectories being generated (partial), e.g. for scoring before their version goes.
         self.active: set[Trajectory] = set()
+        #: Each group in flight: its instance, its episodes' reset seeds and its trajectories (what a
+        #: checkpoint records to continue it, `in_flight_state`).
+        self._groups: dict[int, tuple[object, list[int], list[Trajectory]]] = {}
+        #: Groups in flight at the checkpoint a resumed run started from, continued first.
+        self.resumed_groups: list[dict] = []
+        self.resumed_episodes = 0
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
@@ -139,7 +147,10 @@ class RolloutProducer:
 
     @property
     def oldest_in_flight_version(self) -> int | None:
-        return min(list(self._start_versions.values()), default=None)  # list(): read from another thread
+        """The oldest version a token of a group in flight may carry (resumed groups not restarted yet included)."""
+        waiting = [oldest_recorded_version(group) for group in list(self.resumed_groups)]
+        started = list(self._start_versions.values())  # list(): read from another thread
+        return min([*started, *(version for version in waiting if version is not None)], default=None)
 
     @property
     def in_flight_groups(self) -> int:
@@ -160,7 +171,9 @@ class RolloutProducer:
                 if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.group_size):
                     await asyncio.sleep(0.005)
                     continue
-                task = asyncio.ensure_future(self._play_group(next(self.group_ids)))
+                resumed = self.resumed_groups.pop(0) if self.resumed_groups else None
+                group_id = resumed["group_id"] if resumed is not None else next(self.group_ids)
+                task = asyncio.ensure_future(self._play_group(group_id, resumed))
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
                 self.groups_started += 1
@@ -177,6 +190,9 @@ class RolloutProducer:
         episodes are trained on (their advantages are computed among themselves)."""
         kept = []
         for trajectory in trajectories:
+            if trajectory.env_failure == "restart":  # replayed otherwise after a resume: not the environment's failure rate
+                self.buffer.drop_produced(1, "restart")
+                continue
             failure = trajectory.env_failure or ("timeout" if trajectory.timed_out else None)
             self.recent_failures.append(failure is not None)
             if failure is not None:
@@ -213,15 +229,22 @@ class RolloutProducer:
             await future
         self.scoring_wait_s += time.monotonic() - start
 
-    async def _play_group(self, group_id: int) -> None:
-        """Play one group, attach advantages and file it; any failure is kept for the trainer."""
+    async def _play_group(self, group_id: int, resumed: dict | None = None) -> None:
+        """Play one group (or continue one recorded at a checkpoint), attach advantages and file it;
+        any failure is kept for the trainer."""
         trajectories = [Trajectory(group_id=group_id) for _ in range(self.group_size)]
-        self._start_versions[group_id] = self.engine.version
+        recorded = [None] * self.group_size if resumed is None else resumed_episodes(resumed)
+        self._start_versions[group_id] = min([self.engine.version, *(r.oldest_version for r in recorded if r and r.num_policy_tokens)])
         self.active.update(trajectories)
         filed = False
         try:
-            instance = training_instance(self.env, self.rng, self.buffer.counts())
-            seeds = [self.rng.getrandbits(31) for _ in trajectories]
+            if resumed is None:
+                instance = training_instance(self.env, self.rng, self.buffer.counts())
+                seeds = [self.rng.getrandbits(31) for _ in trajectories]
+            else:
+                instance, seeds = pickle.loads(resumed["instance"]), list(resumed["seeds"])
+                self.resumed_episodes += len(trajectories)
+            self._groups[group_id] = (instance, seeds, trajectories)
             await asyncio.gather(
                 *(
                     play_instance(
@@ -232,9 +255,10 @@ class RolloutProducer:
                         trajectory,
                         call_env=self.call_env,
                         seed=seed,
+                        recorded=episode,
                         **self.sampling,
                     )
-                    for trajectory, seed in zip(trajectories, seeds)
+                    for trajectory, seed, episode in zip(trajectories, seeds, recorded)
                 )
             )
             self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
@@ -265,6 +289,27 @@ class RolloutProducer:
                 self.buffer.release(self.group_size)
             self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
+            self._groups.pop(group_id, None)
+
+    def in_flight_state(self) -> list[dict]:
+        """The groups in flight, as a checkpoint keeps them (call on the engine loop, which owns them):
+        group id, instance (pickled), reset seeds and each episode so far. Continued by a resumed run
+        (`resumed_groups`), their recorded turns replayed (`episode_replay.py`)."""
+        return [
+            {"group_id": group_id, "instance": pickle.dumps(instance), "seeds": list(seeds), "episodes": groups_to_state([trajectories])[0]}
+            for group_id, (instance, seeds, trajectories) in self._groups.items()
+        ] + list(self.resumed_groups)  # those not restarted yet are still owed
+
+
+def oldest_recorded_version(group: dict) -> int | None:
+    """The oldest version among a recorded group's sampled tokens (None: none sampled yet)."""
+    versions = [v for episode in group["episodes"] for v, sampled in zip(episode["versions"], episode["loss_mask"]) if sampled]
+    return min(versions, default=None)
+
+
+def resumed_episodes(resumed: dict) -> list[Trajectory]:
+    """A recorded group's episodes, to replay and continue."""
+    return groups_from_state([resumed["episodes"]])[0]
 
 
 #: Consecutive episodes without a policy token after which a run is declared unable to progress.

@@ -127,6 +127,16 @@ def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) ->
     return {"task_ids": torch.tensor([task_names.index(t.task) for t in trajectories], dtype=torch.long), "task_names": task_names}
 
 
+def training_batch(trajectories: list[Trajectory], pad_id: int, task_names: tuple[str, ...], temperature: float, top_k: int) -> dict:
+    """A training batch as `RolloutService.next_batch` hands it out: the collated tensors, a
+    mixture's task columns, and the sampling settings the log-probs are computed under."""
+    batch = collate(trajectories, pad_id=pad_id)
+    if task_names:
+        batch.update(task_columns(trajectories, task_names))
+    batch["temperature"], batch["top_k"] = temperature, top_k
+    return batch
+
+
 def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad trajectories into [B, T] tensors; advantages are broadcast onto policy tokens."""
     length = max(len(trajectory.token_ids) for trajectory in trajectories)

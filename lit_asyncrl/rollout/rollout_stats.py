@@ -33,6 +33,9 @@ def rollout_stats(
         recent = [failed for p in producers for failed in p.recent_failures]
         stats["rollout/env_failure_rate"] = sum(recent) / max(len(recent), 1)
     stats["rollout/engine_restarts"] = float(engine_restarts)
+    resumed = sum(p.resumed_episodes for p in producers)
+    if resumed:  # after a resume: episodes in flight at the checkpoint, continued
+        stats["rollout/resumed_in_flight"] = float(resumed)
     stats.update(tool_call_stats(producers))
     if len(lane_producers) > 1:
         for lane, producer in enumerate(lane_producers):

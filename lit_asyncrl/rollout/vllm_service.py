@@ -14,6 +14,7 @@ import torch
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.checkpointed_groups import in_flight_groups, next_group_id, without_filed
 from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
@@ -25,7 +26,7 @@ from lit_asyncrl.rollout.held_out import HeldOutEvaluator
 from lit_asyncrl.rollout.old_logits import score_unscored_on
 from lit_asyncrl.rollout.placement import placement_factories
 from lit_asyncrl.rollout.producer import RolloutProducer
-from lit_asyncrl.rollout.records import Trajectory, collate, task_columns
+from lit_asyncrl.rollout.records import Trajectory, training_batch
 from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.rollout_stats import rollout_stats
 from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
@@ -61,11 +62,8 @@ class VLLMRolloutService:
 
         self.model_path, self.env, self.rollout = str(model_path), env, rollout
         self.group_size, self.groups_per_batch = rollout.group_size, rollout.groups_per_batch
-        self.max_version_gap, self.weight_sync_every, self.checkpoint_pending = (
-            rollout.max_version_gap,
-            rollout.weight_sync_every,
-            rollout.checkpoint_pending,
-        )
+        self.max_version_gap, self.weight_sync_every = rollout.max_version_gap, rollout.weight_sync_every
+        self.checkpoint_pending = rollout.checkpoint_pending
         self.temperature, self.top_k = rollout.temperature, rollout.top_k
         self.num_engines, self.seed = rollout.num_engines, seed
         # One trainer process assumed until `configure` says otherwise, so that a route this
@@ -91,6 +89,7 @@ class VLLMRolloutService:
         self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
         self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()
+        self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
         self.dedicated: DedicatedWorker | None = None
         self._use_dedicated = False
 
@@ -107,12 +106,16 @@ class VLLMRolloutService:
         return RankZeroRollouts(self, rank=rank, world_size=world_size)
 
     def state_dict(self) -> dict:
-        return {"accounting": self.buffer.state_dict(keep_pending=self.checkpoint_pending)}
+        # Groups in flight first: one may be filed before the buffer is read (the trainer takes none meanwhile).
+        in_flight = in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed if self.checkpoint_pending else []
+        accounting = self.buffer.state_dict(keep_pending=self.checkpoint_pending)
+        return {"accounting": accounting, "in_flight": without_filed(in_flight, accounting)}
 
     def load_state_dict(self, state: dict) -> None:
-        kept = {key: value for key, value in state["accounting"].items() if self.checkpoint_pending or key != "pending_groups"}
-        restored = self.buffer.load_state_dict(kept)  # new groups get ids past these: a batch tells groups apart by id
-        self._group_ids = itertools.count(max((t.group_id for group in restored for t in group), default=-1) + 1)
+        restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
+        self._resumed = list(state.get("in_flight", [])) if self.checkpoint_pending else []  # continued by lane 0
+        self.buffer.resumed([group["group_id"] for group in self._resumed])
+        self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
 
     @property
     def engine(self) -> Engine | None:
@@ -195,6 +198,8 @@ class VLLMRolloutService:
             group_ids=self._group_ids,
             admits=lambda: self.lanes.router.admits(lane),
         )
+        if lane == 0:
+            producer.resumed_groups, self._resumed = self._resumed, []
         self.lanes.producer_up(lane, producer, self._train)
 
     def _may_restart(self) -> bool:
@@ -243,13 +248,7 @@ class VLLMRolloutService:
                         f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('rollout.batch_timeout_s')} "
                         f"if generation is this slow); rollout stats: {self.stats()}"
                     ) from None
-        trajectories = [t for group in groups for t in group]
-        batch = collate(trajectories, pad_id=self.pad_id)
-        if self.task_names:
-            batch.update(task_columns(trajectories, self.task_names))
-        batch["temperature"] = self.temperature
-        batch["top_k"] = self.top_k
-        return batch
+        return training_batch([t for group in groups for t in group], self.pad_id, self.task_names, self.temperature, self.top_k)
 
     def _restart_or_raise_if_dead(self) -> None:
         """A dead engine is replaced while `rollout.engine_restarts` allows; any other failure is raised."""
@@ -312,11 +311,7 @@ class VLLMRolloutService:
         return timings
 
     def live_versions(self) -> list[int]:
-        engine_versions = [engine.version for engine in self.lanes.live_engines()]
-        newest = max([self.buffer.trainer_version, *engine_versions])
-        in_flight = [p.oldest_in_flight_version for p in self.lanes.producers if p is not None]
-        candidates = [v for v in (self.buffer.oldest_pending_version(), *in_flight) if v is not None]
-        return list(range(min(candidates, default=newest), newest + 1))
+        return self.lanes.live_versions(self.buffer.trainer_version, self.buffer.oldest_pending_version())
 
     # -- interruption-sync -----------------------------------------------------------------
     def pause(self) -> None:

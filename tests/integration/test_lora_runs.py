@@ -57,14 +57,18 @@ def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resu
     assert sorted(saved["state_dict"]) == sorted(f"policy.{name}" for name in adapter)
     assert saved["frozen_parameters_from"] == "None"  # the built-in tiny policy (model.path=null)
 
-    run_hydra([*LORA_RUN, "trainer.max_steps=10", f"ckpt_path='{first / 'checkpoints' / 'last.ckpt'}'", f"hydra.run.dir={second}"])
+    run_hydra([*LORA_RUN, "trainer.max_steps=11", f"ckpt_path='{first / 'checkpoints' / 'last.ckpt'}'", f"hydra.run.dir={second}"])
     resumed = read_rows(second / "metrics.csv")
-    assert [row["step"] for row in resumed] == [8, 9]
+    assert [row["step"] for row in resumed] == [8, 9, 10]
     # Every token after the resume is scored exactly: the episodes pending at the checkpoint (trained
-    # first) by the checkpointed snapshots of their versions' adapters, the new ones by the
-    # checkpoint's adapter, which the engine served (a wrong adapter would show here, > 1e-2).
-    assert saved["RolloutDataModule"]["rollout_service"]["accounting"]["pending"] == resumed[0]["rollout/restored"] > 0
+    # first) and the recorded turns of those in flight (continued by the resumed engine) by the
+    # checkpointed snapshots of their versions' adapters, the new tokens by the checkpoint's adapter,
+    # which the engine served: a wrong version or mu on any token would show here (> 1e-2).
+    service = saved["RolloutDataModule"]["rollout_service"]
+    assert service["accounting"]["pending"] == resumed[0]["rollout/restored"] > 0
     assert resumed[0]["rollout/restored_trained"] > 0 and resumed[0]["rollout/dropped_restart"] == 0
+    assert resumed[-1]["rollout/resumed_in_flight"] == 4 * len(service["in_flight"]) > 0
+    assert resumed[-1]["rollout/resumed_trained"] > 0
     for row in resumed:
         assert row["train/ref_behavior_logratio_absmax"] < 1e-4
         assert row["rollout/weight_push_bytes"] == ADAPTER_BYTES

@@ -1,7 +1,8 @@
 """A run killed twice (SIGKILL in the middle of a weight push, then while a checkpoint is being made)
 resumes each time from its latest complete checkpoint and finishes: each step logged once over the
 three segments, the accounting whole, the engine serving the checkpoint's version first, the EWMA's
-state carried, the episodes pending at a checkpoint trained after the resume, nothing left behind."""
+state carried, the episodes pending at a checkpoint trained after the resume and those in flight
+continued, nothing left behind."""
 
 from __future__ import annotations
 
@@ -81,6 +82,12 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
         assert row["rollout/dropped_restart"] == 0 and row["rollout/restored"] == saved["pending"]
         assert row["rollout/trained"] >= saved["trained"] and row["rollout/produced"] >= saved["produced"]
     assert not (third / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
+    # The groups in flight at the checkpoint were continued (their recorded turns replayed, the turn
+    # the checkpoint cut finished by the resumed engine), and trained.
+    in_flight = checkpoint["RolloutDataModule"]["rollout_service"]["in_flight"]
+    assert in_flight and all(len(group["episodes"]) == 4 for group in in_flight)
+    assert segments[2][-1]["rollout/resumed_in_flight"] == 4 * len(in_flight)
+    assert segments[2][-1]["rollout/resumed_trained"] > 0
 
     # The EWMA state the resumed run starts from is the checkpoint's: its beta comes from the larger
     # of the checkpoint's window and the first batch's gap (a fresh EWMA would know only the latter),

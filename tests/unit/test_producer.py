@@ -469,13 +469,51 @@ def test_a_resumed_service_trains_the_stored_groups_and_numbers_new_ones_past_th
         first.buffer.put_group(group_with_versions(group_id, [[3], [4]]), reserved=2)
     state = first.state_dict()
     assert [[episode["group_id"] for episode in group] for group in state["accounting"]["pending_groups"]] == [[5, 5], [9, 9]]
+    assert state["in_flight"] == []  # not started: nothing in flight
+    state["in_flight"] = [{"group_id": 12, "instance": b"", "seeds": [1, 2], "episodes": []}]  # as a running service records it
     # The resumed run's own setting decides: false counts them as dropped at the restart.
     resumed = make_service(model_path, checkpoint_pending=checkpoint_pending)
     resumed.load_state_dict(state)
-    if checkpoint_pending:
-        assert (resumed.buffer.pending, resumed.buffer.dropped["restart"], next(resumed._group_ids)) == (4, 0, 10)
+    if checkpoint_pending:  # new ids past the group in flight too, which lane 0 continues first
+        assert (resumed.buffer.pending, resumed.buffer.dropped["restart"], next(resumed._group_ids)) == (4, 0, 13)
+        assert resumed._resumed == state["in_flight"] and resumed.buffer.counts()["resumed_trained"] == 0
     else:
         assert (resumed.buffer.pending, resumed.buffer.dropped["restart"], next(resumed._group_ids)) == (0, 4, 0)
     assert resumed.buffer.accounting_holds()
     # A run that does not keep them writes none.
     assert "pending_groups" not in make_service(model_path, checkpoint_pending=False).state_dict()["accounting"]
+
+
+async def finishing_turn(engine, prompt_ids, on_tokens):
+    """Completes a turn cut after "a" with ";" (the guess "a;" is malformed: the episode ends)."""
+    on_tokens([SEMI], [-0.75])
+    return TurnOutput([SEMI], [-0.75], [engine.version], "stop")
+
+
+def test_groups_in_flight_at_a_checkpoint_are_continued_by_the_resumed_producer(engines, tokenizer):
+    events: list[asyncio.Event] = []
+    engine = engines.engine(blocking_turn(events))
+    first = engines.producer(engine, RolloutBuffer(capacity=8, max_version_gap=3), tokenizer, max_concurrent_groups=1)
+    first.start()
+    wait_for(lambda: len(engine.requests) == 2, "one group blocked in its first turn")
+    (state,) = engine.run(asyncio.sleep(0, result=first.in_flight_state()))  # read on the engine's loop
+    assert [episode["token_ids"] for episode in state["episodes"]] == [[BOS, QUESTION, LETTER_A]] * 2
+    first.stop()
+
+    # The resumed run: its engine at version 5 ends the cut turn; the group keeps its id and instance.
+    resumed_engine = engines.engine(finishing_turn)
+    resumed_engine.version = 5
+    buffer = RolloutBuffer(capacity=8, max_version_gap=10)
+    second = engines.producer(resumed_engine, buffer, tokenizer, max_concurrent_groups=1)
+    second.resumed_groups = [state]
+    assert second.oldest_in_flight_version == 0  # the recorded tokens' version stays live until it restarts
+    second.start()
+    wait_for(lambda: buffer.pending >= 2, "the continued group filed")
+    continued = buffer.take(1, timeout_s=1)[0]
+    assert [t.group_id for t in continued] == [state["group_id"]] * 2
+    for trajectory in continued:  # the recorded "a" kept its version 0 and mu; the rest sampled at 5
+        assert trajectory.token_ids == [BOS, QUESTION, LETTER_A, SEMI] and trajectory.versions == [-1, -1, 0, 5]
+        assert trajectory.behavior_logprobs[2:] == [-0.5, -0.75]
+    # the request asked only for what the turn had left
+    assert resumed_engine.requests[0]["prompt"] == [BOS, QUESTION, LETTER_A]
+    assert second.resumed_episodes == 2 and second.resumed_groups == []
