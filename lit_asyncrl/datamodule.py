@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs import Environment, GuessNumberEnv
+from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.instances import held_out_instances
@@ -76,7 +77,10 @@ class RolloutDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.
-        return DataLoader(_ServiceStream(self.rollouts, self.rollout_config.batch_timeout_s), batch_size=None, num_workers=0)
+        stream = _ServiceStream(
+            self.rollouts, self.rollout_config.batch_timeout_s, step=lambda: self.trainer.global_step if self.trainer else 0
+        )
+        return DataLoader(stream, batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
         # Held-out instances in chunks (a progress-bar tick each), played at validation time.
@@ -95,11 +99,12 @@ class RolloutDataModule(L.LightningDataModule):
 
 
 class _ServiceStream(IterableDataset):
-    def __init__(self, rollouts: RolloutService, timeout_s: float) -> None:
-        self.rollouts, self.timeout_s = rollouts, timeout_s
+    def __init__(self, rollouts: RolloutService, timeout_s: float, step: Callable[[], int]) -> None:
+        self.rollouts, self.timeout_s, self.step = rollouts, timeout_s, step
 
     def __iter__(self) -> Iterator[dict]:
         while True:
+            kill_if_asked("batch_wait", self.step())
             yield self.rollouts.next_batch(self.timeout_s)
 
 

@@ -3,10 +3,12 @@ itself when it reaches that point at that optimizer step, so a test can kill a r
 outside signal can hit reliably (the engine paused in the middle of a weight push, a checkpoint
 being made).
 
-Points: `weight_push` (the file route: the new version's weights file written, not yet loaded; the
-weight-transfer routes: the engine paused, the weights not yet sent) and `checkpoint_write` (the
-checkpoint's contents being gathered, before its file is written). Several are separated by commas.
-Unset, nothing happens.
+Points, each at the optimizer step (the trainer's global step) it names: `weight_push` (the file
+route: the new version's weights file written, not yet loaded; the weight-transfer routes: the
+engine paused, the weights not yet sent), `checkpoint_write` (the checkpoint's contents being
+gathered, before its file is written), `train_step` (in the training step, its batch taken) and
+`batch_wait` (about to wait for the step's batch). Several are separated by commas. Unset, nothing
+happens.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import signal
 
 KILL_AT = "LIT_ASYNCRL_KILL_AT"
-POINTS = ("weight_push", "checkpoint_write")
+POINTS = ("weight_push", "checkpoint_write", "train_step", "batch_wait")
 
 
 def kill_points(spec: str) -> set[tuple[str, int]]:

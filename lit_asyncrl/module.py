@@ -157,6 +157,7 @@ class AsyncRLModule(L.LightningModule):
         step_s = None if self._last_step_start is None else now - self._last_step_start
         self._last_step_start = now
         batch, _, _ = next(dataloader_iter)
+        kill_if_asked("train_step", self.global_step)
         batch = {key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
         loss_mask = batch["loss_mask"]  # [B, T]
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]

@@ -1,0 +1,171 @@
+"""Flat memory over a long run that survives faults: the soak benchmark (a measurement, not a test).
+
+One run of `--steps` optimizer steps with an exact reference (snapshots), an environment whose
+every `--fail-every`-th agent turn raises (dropped with the reason `env_error`), one engine core
+SIGKILLed and replaced (`rollout.engine_restarts=1`), and the trainer SIGKILLed twice at kill points
+(`train_step` at 30% of the steps, `batch_wait` at 60%), each time resumed from its latest checkpoint
+(which keeps the pending episodes and continues those in flight). Every `--sample-s` seconds the
+resident memory (RSS) of the trainer and of its engine processes is sampled.
+
+Reported, per segment between kills (each its own processes): the RSS growth after warm-up, the
+median of the segment's last tenth of samples over the median of its first tenth after
+`--warmup` steps, for the trainer and the engine, against the target of at most 5%; and at the
+end the state the caps bound: resident snapshots (<= rollout.max_version_gap + 1), pending episodes
+(<= rollout.buffer_capacity), and the accounting identity.
+
+    python benchmarks/bench_soak.py                        # 2,000 steps
+    python benchmarks/bench_soak.py --steps 300 --warmup 50  # a shorter check
+
+The samples go to `<out>/rss.csv` and each segment's run to `<out>/segment<N>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+ENGINE_MARK = "VLLM::EngineCore"
+
+
+def last_step(run_dir: Path) -> int:
+    """The last optimizer step in the run's metrics.csv (-1 before the first)."""
+    path = run_dir / "metrics.csv"
+    if not path.is_file():
+        return -1
+    with open(path, newline="") as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step") and row.get("train/task_success")]
+    return max(steps, default=-1)
+
+
+def rss_mb(process: psutil.Process) -> tuple[float, float]:
+    """(trainer RSS, summed RSS of its engine processes) in MB."""
+    trainer = process.memory_info().rss / 1e6
+    engines = 0.0
+    for child in process.children(recursive=True):
+        try:
+            if ENGINE_MARK in " ".join(child.cmdline()):
+                engines += child.memory_info().rss / 1e6
+        except psutil.Error:
+            pass
+    return trainer, engines
+
+
+def kill_an_engine(process: psutil.Process) -> bool:
+    for child in process.children(recursive=True):
+        try:
+            if ENGINE_MARK in " ".join(child.cmdline()):
+                child.send_signal(signal.SIGKILL)
+                return True
+        except psutil.Error:
+            pass
+    return False
+
+
+def run_segment(index: int, overrides: list[str], kill_at: str | None, engine_kill_step: int | None, args, writer) -> tuple[Path, int]:
+    run_dir = args.out / f"segment{index}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"LIT_ASYNCRL_KILL_AT": kill_at} if kill_at else {})}
+    command = [sys.executable, "-m", "lit_asyncrl.train", *overrides, f"hydra.run.dir={run_dir}"]
+    with open(args.out / f"segment{index}.log", "w") as log:
+        child = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process, killed_engine = psutil.Process(child.pid), False
+        while child.poll() is None:
+            try:
+                trainer, engines = rss_mb(process)
+            except psutil.Error:
+                break
+            step = last_step(run_dir)
+            writer.writerow(
+                {
+                    "time_s": round(time.monotonic() - args.started, 1),
+                    "segment": index,
+                    "step": step,
+                    "trainer_mb": round(trainer, 1),
+                    "engine_mb": round(engines, 1),
+                }
+            )
+            if engine_kill_step is not None and not killed_engine and step >= engine_kill_step:
+                killed_engine = kill_an_engine(process)
+            time.sleep(args.sample_s)
+    return run_dir, child.wait()
+
+
+def growth(samples: list[dict], key: str, warmup: int) -> float | None:
+    """Median of the last tenth over the median of the first tenth, after `warmup` steps."""
+    kept = [row[key] for row in samples if row["step"] >= warmup and row[key] > 0]
+    if len(kept) < 20:
+        return None
+    tenth = len(kept) // 10
+    return statistics.median(kept[-tenth:]) / statistics.median(kept[:tenth]) - 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=100, help="steps after a (re)start before growth is measured")
+    parser.add_argument("--fail-every", type=int, default=50)
+    parser.add_argument("--sample-s", type=float, default=2.0)
+    parser.add_argument("--out", type=Path, default=REPO / "outputs" / "soak")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.started = time.monotonic()
+    base = [
+        "experiment=snapshot",
+        f"trainer.max_steps={args.steps}",
+        "checkpoint_every=25",
+        "trainer.val_check_interval=1000000",
+        "trainer.num_sanity_val_steps=0",
+        "rollout.engine_restarts=1",
+        "env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv",
+        f"+env.fail_every={args.fail_every}",
+        "+env.fail_after=1000000000",
+        "rollout.env_failure_limit=0.9",
+    ]
+    # (kill point, step at which an engine core is killed): the engine dies in the second segment.
+    plan = [(f"train_step@{int(args.steps * 0.3)}", None), (f"batch_wait@{int(args.steps * 0.6)}", int(args.steps * 0.45)), (None, None)]
+    samples_path = args.out / "rss.csv"
+    resume: list[str] = []
+    with open(samples_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, ["time_s", "segment", "step", "trainer_mb", "engine_mb"])
+        writer.writeheader()
+        for index, (kill_at, engine_kill_step) in enumerate(plan):
+            run_dir, code = run_segment(index, base + resume, kill_at, engine_kill_step, args, writer)
+            handle.flush()
+            print(f"segment {index}: exit {code}, last step {last_step(run_dir)}" + (f" (killed at {kill_at})" if kill_at else ""))
+            if kill_at is None:
+                break
+            (checkpoint,) = sorted((run_dir / "checkpoints").glob("step=*.ckpt"), key=lambda path: int(path.stem.split("=")[1]))[-1:]
+            resume = [f"ckpt_path='{checkpoint}'"]
+    with open(samples_path, newline="") as handle:
+        samples = [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
+    for index in range(len(plan)):
+        segment = [row for row in samples if row["segment"] == index]
+        if not segment:
+            continue
+        start = min(row["step"] for row in segment if row["step"] >= 0) if any(row["step"] >= 0 for row in segment) else 0
+        for key in ("trainer_mb", "engine_mb"):
+            value = growth(segment, key, start + args.warmup)
+            text = "too few samples" if value is None else f"{100 * value:+.1f}%"
+            print(f"segment {index} {key.removesuffix('_mb')} RSS growth after warm-up: {text} (target <= +5%)")
+    final = args.out / "segment2" / "metrics.csv"
+    with open(final, newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("train/task_success")]
+    last = rows[-1]
+    print(f"resident snapshots at the end: {last.get('snapshot/resident')}; pending episodes: {last.get('rollout/pending')}")
+    identity = float(last["rollout/produced"]) == float(last["rollout/trained"]) + float(last["rollout/dropped"]) + float(
+        last["rollout/pending"]
+    )
+    print(f"accounting identity at the end: {'holds' if identity else 'BROKEN'}; engine restarts: {last.get('rollout/engine_restarts')}")
+
+
+if __name__ == "__main__":
+    main()
