@@ -7,6 +7,13 @@ are never written, so after the first push only the trained tensors travel. The 
 trained tensor in place, and a tensor built anew for a push (e.g. a merged LoRA weight) has new storage,
 so both always count as written. A sharded tensor (FSDP2's DTensor) is always sent. The identity is the
 one snapshot retention checks frozen parameters with (`asyncrl_callbacks.snapshot_store.tensor_identity`).
+
+A changed tensor travels with its siblings (the tensors of the other modules under the same parent,
+e.g. `q_proj`, `k_proj` and `v_proj` under `self_attn`): vLLM fuses such projections into one layer
+(`qkv_proj`, `gate_up_proj`; each model's `packed_modules_mapping`), and a reload that brings only
+some of a fused layer's parts processes it with the others uninitialised (`finalize_layerwise_processing`
+in vllm/model_executor/model_loader/reload/layerwise.py). A LoRA adapter on `q_proj` and `v_proj` only,
+pushed merged, changes two of the three.
 """
 
 from __future__ import annotations
@@ -27,12 +34,21 @@ class ChangedTensors:
         """The tensors of `state_dict` written since the last push `sent` recorded (all, the first time)."""
         if self._at_last_push is None:
             return dict(state_dict)
-        return {
-            name: tensor
+        written = [
+            name
             for name, tensor in state_dict.items()
             if (identity := tensor_identity(tensor)) is None or self._at_last_push.get(name) != identity
-        }
+        ]
+        parents = {parent for name in written if (parent := _parent_module(name)) is not None}
+        return {name: tensor for name, tensor in state_dict.items() if name in written or _parent_module(name) in parents}
 
     def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """The engine now holds the values of every tensor of `state_dict` (the full one `select` was given)."""
         self._at_last_push = {name: tensor_identity(tensor) for name, tensor in state_dict.items()}
+
+
+def _parent_module(name: str) -> str | None:
+    """`model.layers.1.self_attn.q_proj.weight` -> `model.layers.1.self_attn`; None for a tensor of a
+    top-level module (no parent module to share)."""
+    parts = name.split(".")
+    return ".".join(parts[:-2]) if len(parts) > 2 else None
