@@ -60,6 +60,7 @@ def training_rows(success: list[float], mask: list[float], fidelity_gap1: float,
                 "train/train_infer_mask": kept,
                 "train/step_s": step_s,
                 "train/ref_behavior_logratio_absmean": 0.001 * (step + 1),
+                "train/version_gap_mean": float(step + 1),
             }
         )
         rows.append({"step": step, "fidelity/logratio_absmean/gap_1": fidelity_gap1})
@@ -83,7 +84,7 @@ def sweep(tmp_path) -> Path:
         ["experiment=ppo_ewma", "reference.beta=0.9", "seed=0"],
         [
             *training_rows([0.0, 0.2], [1.0, 0.5], 0.02, 2.0),
-            {"step": 1, "reference/ewma_resets": 2.0},
+            {"step": 1, "reference/ewma_resets": 2.0, "reference/ewma_beta": 0.6},
             {"step": 1, "val/avg@4": 0.25, "val/pass@4": 0.5},
         ],
         finished=False,
@@ -133,11 +134,12 @@ def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
     assert snapshot["step s (median)"] == "2.00 ± 1.41"
     assert snapshot["wall min"] == "2.0 ± 1.4"
     assert snapshot["seeds (finished)"] == "2 (2)"
-    assert snapshot["EWMA resets"] == "–"
+    assert snapshot["EWMA resets"] == "–" and snapshot["EWMA beta (end)"] == "–"
+    assert snapshot["version gap (mean)"] == "1.50"  # steps at gap 1 and 2, the same in both seeds
     assert snapshot["mean abs log(pi_ref/mu)"] == "1.5e-03"  # steps 0.001 and 0.002, the same in both seeds
     assert snapshot["fidelity gap 1"] == "0.0e+00"
     ewma = table["ppo_ewma reference.beta=0.9"]
-    assert ewma["seeds (finished)"] == "1 (0)" and ewma["EWMA resets"] == "2.0"
+    assert ewma["seeds (finished)"] == "1 (0)" and ewma["EWMA resets"] == "2.0" and ewma["EWMA beta (end)"] == "0.60"
     assert ewma["fidelity gap 1"] == "2.0e-02" and ewma["fidelity gap 0"] == "–"
     assert ewma["held-out avg@4 at end"] == "0.250" and ewma["wall min"] == "–"
 

@@ -29,6 +29,8 @@ REPORT_COLUMNS = (
     "val/",
     "fidelity/logratio_absmean",
     "fidelity/mask_disagreement",
+    "train/version_gap_mean",
+    "reference/ewma_beta",
     "reference/ewma_resets",
     "rollout/tool_call",
 )

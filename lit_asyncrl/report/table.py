@@ -46,6 +46,8 @@ def results_table(groups: dict[str, list[Run]]) -> str:
         f"held-out {pass_key.split('/')[1] if pass_key else 'pass@k'} at end",
         "lowest train-infer mask",
         "mean abs log(pi_ref/mu)",
+        "version gap (mean)",
+        "EWMA beta (end)",
         "EWMA resets",
         *[f"fidelity {column}" for column in gap_columns],
         "mask disagreement",
@@ -65,6 +67,8 @@ def results_table(groups: dict[str, list[Run]]) -> str:
             _cell(per_seed(runs, final_value(pass_key))) if pass_key else "–",
             _cell(per_seed(runs, lowest_value("train/train_infer_mask"))),
             _cell(per_seed(runs, mean_value("train/ref_behavior_logratio_absmean")), scientific=True),
+            _cell(per_seed(runs, mean_value("train/version_gap_mean")), digits=2),
+            _cell(per_seed(runs, final_value("reference/ewma_beta")), digits=2),
             _cell(per_seed(runs, final_value("reference/ewma_resets")), digits=1),
             *[_cell(value, scientific=True) for value in fidelity_per_gap(runs)],
             _cell(per_seed(runs, mean_value("fidelity/mask_disagreement")), digits=4),
@@ -103,8 +107,10 @@ instances never trained on. *lowest train-infer mask* is the
 smallest fraction of policy tokens the r_d mask kept in any step. *mean abs log(pi_ref/mu)* is
 the mean over steps of |log r_d| as the loss saw it: with an exact reference, the training-inference
 discrepancy alone (the bf16 engine against the fp32 trainer); with a proxy, staleness too (– where
-the loss takes no reference). *EWMA resets* counts automatic
-resets of the EWMA reference (– for other references). *fidelity gap n* is the mean over steps of
+the loss takes no reference). *version gap* is the mean over steps of the
+trained tokens' mean version gap (how stale the batches were). *EWMA beta* is the EWMA reference's
+decay at the last step (W/(W+2) unless fixed) and *EWMA resets* counts its automatic resets (– for
+other references). *fidelity gap n* is the mean over steps of
 |log pi_proxy - log pi_old| (nats) on the tokens n versions old, pi_proxy being what the method puts
 in pi_old's place and pi_old exact (shadow snapshots); *mask disagreement* is the fraction of policy
 tokens whose r_d mask decision differs from the one exact pi_old gives. *step s* is the wall time of
