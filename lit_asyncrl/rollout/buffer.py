@@ -59,6 +59,9 @@ class RolloutBuffer:
         self.restored, self.restored_trained, self.resumed_trained = 0, 0, 0
         self._restored_groups: set[int] = set()
         self._resumed_groups: set[int] = set()
+        #: The latest groups that left generation (filed, dropped by the filter, or all failed): a
+        #: checkpoint leaves them out of the groups it records in flight.
+        self._settled: collections.deque[int] = collections.deque(maxlen=4096)
 
     # -- accounting -----------------------------------------------------------------------------
     @property
@@ -107,6 +110,11 @@ class RolloutBuffer:
             if keep_pending:
                 state["pending_groups"] = groups_to_state(list(self._groups))
             return state
+
+    def settled_groups(self) -> set[int]:
+        """Ids of the latest groups that left generation (read after the groups in flight: the rest)."""
+        with self._condition:
+            return set(self._settled)
 
     def load_state_dict(self, state: dict, keep_pending: bool = True) -> list[list[Trajectory]]:
         """Carry a checkpoint's counts over, and its pending groups when it kept them and `keep_pending`
@@ -160,6 +168,7 @@ class RolloutBuffer:
         dropped it (counted as "zero_advantage"), so that a producer can start another in its place."""
         with self._condition:
             self._reserved -= reserved
+            self._settled.append(group[0].group_id)
             self.produced += len(group)
             self._count_tasks(group, "produced")
             self.masked_overlong += self.group_filter.mask_overlong(group)
@@ -180,10 +189,13 @@ class RolloutBuffer:
             self.produced += num_episodes
             self.dropped[reason] += num_episodes
 
-    def release(self, reserved: int) -> None:
-        """Give back room reserved by a group that was cancelled before it finished."""
+    def release(self, reserved: int, group_id: int | None = None) -> None:
+        """Give back room reserved by a group that was cancelled, or (`group_id`) whose every episode
+        failed and was dropped."""
         with self._condition:
             self._reserved -= reserved
+            if group_id is not None:
+                self._settled.append(group_id)
 
     # -- trainer side --------------------------------------------------------------------------
     def set_trainer_version(self, version: int) -> None:

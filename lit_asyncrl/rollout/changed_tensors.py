@@ -8,12 +8,11 @@ trained tensor in place, and a tensor built anew for a push (e.g. a merged LoRA 
 so both always count as written. A sharded tensor (FSDP2's DTensor) is always sent. The identity is the
 one snapshot retention checks frozen parameters with (`asyncrl_callbacks.snapshot_store.tensor_identity`).
 
-A changed tensor travels with its siblings (the tensors of the other modules under the same parent,
-e.g. `q_proj`, `k_proj` and `v_proj` under `self_attn`): vLLM fuses such projections into one layer
-(`qkv_proj`, `gate_up_proj`; each model's `packed_modules_mapping`), and a reload that brings only
-some of a fused layer's parts processes it with the others uninitialised (`finalize_layerwise_processing`
-in vllm/model_executor/model_loader/reload/layerwise.py). A LoRA adapter on `q_proj` and `v_proj` only,
-pushed merged, changes two of the three.
+A changed projection travels with the projections vLLM fuses it with (`qkv_proj` = q, k, v;
+`gate_up_proj` = gate, up: the `packed_modules_mapping` of vLLM's Llama-family models): a reload that
+brings only some parts of a fused layer processes it with the others uninitialised
+(`finalize_layerwise_processing` in vllm/model_executor/model_loader/reload/layerwise.py). A LoRA
+adapter on `q_proj` and `v_proj` only, pushed merged, changes two of the three.
 """
 
 from __future__ import annotations
@@ -23,6 +22,9 @@ from collections.abc import Mapping
 import torch
 from asyncrl_callbacks.snapshot_store import tensor_identity
 
+#: HF projection names vLLM loads as one layer (each Llama-family model's `packed_modules_mapping`).
+FUSED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
 
 class ChangedTensors:
     """Per engine: `select` what to push, `sent` once the push has arrived."""
@@ -31,24 +33,30 @@ class ChangedTensors:
         self._at_last_push: dict[str, tuple[int, int] | None] | None = None  # None: nothing sent yet
 
     def select(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The tensors of `state_dict` written since the last push `sent` recorded (all, the first time)."""
+        """The tensors of `state_dict` written since the last push `sent` recorded (all, the first
+        time), with the parts of the fused layers they belong to."""
         if self._at_last_push is None:
             return dict(state_dict)
-        written = [
+        written = {
             name
             for name, tensor in state_dict.items()
             if (identity := tensor_identity(tensor)) is None or self._at_last_push.get(name) != identity
-        ]
-        parents = {parent for name in written if (parent := _parent_module(name)) is not None}
-        return {name: tensor for name, tensor in state_dict.items() if name in written or _parent_module(name) in parents}
+        }
+        fused = {layer for name in written if (layer := _fused_layer(name)) is not None}
+        return {name: tensor for name, tensor in state_dict.items() if name in written or _fused_layer(name) in fused}
 
     def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """The engine now holds the values of every tensor of `state_dict` (the full one `select` was given)."""
         self._at_last_push = {name: tensor_identity(tensor) for name, tensor in state_dict.items()}
 
 
-def _parent_module(name: str) -> str | None:
-    """`model.layers.1.self_attn.q_proj.weight` -> `model.layers.1.self_attn`; None for a tensor of a
-    top-level module (no parent module to share)."""
+def _fused_layer(name: str) -> tuple[str, int, str] | None:
+    """`model.layers.1.self_attn.k_proj.weight` -> ("model.layers.1.self_attn", 0, "weight"): the
+    fused layer (and the tensor kind) a tensor belongs to; None for a tensor vLLM loads alone."""
     parts = name.split(".")
-    return ".".join(parts[:-2]) if len(parts) > 2 else None
+    if len(parts) < 3:
+        return None
+    for family, members in enumerate(FUSED_PROJECTIONS):
+        if parts[-2] in members:
+            return (".".join(parts[:-2]), family, parts[-1])
+    return None

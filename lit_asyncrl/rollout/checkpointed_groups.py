@@ -64,19 +64,30 @@ def in_flight_groups(engines: list, producers: list) -> list[dict]:
 
         try:
             groups += engine.run(read(), timeout_s=60)
-        except TimeoutError:  # a loop that does not answer: its groups are generated anew after a resume
-            warnings.warn("an engine's loop did not answer within 60 s: its groups in flight are not in this checkpoint", stacklevel=2)
+        except Exception as error:  # a loop that does not answer, an engine that died: generated anew after a resume
+            warnings.warn(f"an engine's groups in flight are not in this checkpoint ({error!r})", stacklevel=2)
     return groups
 
 
-def without_filed(in_flight: list[dict], accounting: dict) -> list[dict]:
-    """The groups read in flight that were not filed as pending since (read first, they may finish
-    before the buffer is read: then the buffer's copy counts)."""
-    pending = {group[0]["group_id"] for group in accounting.get("pending_groups", []) if group}
-    return [group for group in in_flight if group["group_id"] not in pending]
+def not_settled(in_flight: list[dict], settled: set[int]) -> list[dict]:
+    """The groups read in flight that did not leave generation since (read first, a group may be
+    filed or dropped before the buffer is read: then the buffer's counts hold it)."""
+    return [group for group in in_flight if group["group_id"] not in settled]
 
 
 def next_group_id(restored: list[list[Trajectory]], in_flight: list[dict]) -> int:
     """The first id past every group a resume put back, pending or in flight."""
     ids = [trajectory.group_id for group in restored for trajectory in group] + [group["group_id"] for group in in_flight]
     return max(ids, default=-1) + 1
+
+
+def resumable(in_flight: list[dict], group_size: int) -> list[dict]:
+    """The recorded groups a run with `group_size` can continue (a group of another size would skew
+    its advantages; it is generated anew, with a warning)."""
+    kept = [group for group in in_flight if len(group["episodes"]) == group_size]
+    if len(kept) < len(in_flight):
+        warnings.warn(
+            f"{len(in_flight) - len(kept)} groups in flight at the checkpoint have another group size than {group_size}: generated anew",
+            stacklevel=2,
+        )
+    return kept

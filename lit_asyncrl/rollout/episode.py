@@ -43,8 +43,8 @@ async def play_episode(
     encoded, ends the episode as failed (`trajectory.env_failure`): the environment's fault, not the
     agent's, so the producer drops it with that reason instead of training on it. Errors of the
     engine are not the environment's and propagate. With `recorded` (an episode in flight at a
-    checkpoint, `episode_replay.py`) its turns are replayed, not sampled, and sampling goes on where it
-    stops; an environment that answers otherwise fails the episode with the reason "restart".
+    checkpoint, `episode_replay.py`) its answered turns are replayed, not sampled, and sampling goes
+    on after them; an environment that answers otherwise fails the episode with the reason "restart".
     """
     episode = env.new_episode(instance)
     started = time.monotonic()
@@ -59,7 +59,7 @@ async def play_episode(
     except ReplayMismatch as mismatch:
         trajectory.env_failure, trajectory.env_failure_message = "restart", str(mismatch)
     finally:
-        trajectory.duration_s = time.monotonic() - started
+        trajectory.duration_s, trajectory.finished = time.monotonic() - started, True
         close = getattr(episode, "close", None)
         if callable(close):
             try:
@@ -106,16 +106,19 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
     first_observation = await _env_call(call_env, env, episode.reset, seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
     _add_observation(episode_format, episode_format.open, trajectory, first_observation, env)
+    trajectory.committed = len(trajectory.token_ids)
+    if replay is not None:
+        replay.check(trajectory)
     for index in range(env.max_turns):
-        if replay is not None:
-            replay.check(trajectory)
         room = max_context - len(trajectory.token_ids)
         if room < 1:
             trajectory.cut_off = "context"
             return
-        recorded = replay.turn(len(trajectory.token_ids), index) if replay is not None else None
+        trajectory.turn_starts.append(len(trajectory.token_ids))
+        recorded = replay.turn(trajectory, index) if replay is not None else None
         turn = await _take_turn(engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), temperature, top_k)
         trajectory.num_turns += 1
+        trajectory.committed = len(trajectory.token_ids)
         if turn.finish_reason == "length" and room < env.max_turn_tokens:
             trajectory.cut_off = "context"  # the turn ran into the end of the context, not its own limit
         result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
@@ -126,22 +129,23 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
         if result.terminated or result.truncated:
             return
         _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
+        trajectory.committed = len(trajectory.token_ids)
+        if replay is not None:
+            replay.check(trajectory)
     trajectory.cut_off = trajectory.cut_off or "turns"
 
 
 async def _take_turn(engine, episode_format, trajectory, recorded, max_tokens, temperature, top_k) -> TurnOutput:
-    """One agent turn: as recorded when the recording holds it whole, else sampled (after the
-    recorded part of a turn cut by the checkpoint, if any); returns the whole turn."""
+    """One agent turn: as recorded (a resumed episode's answered turn), else sampled."""
     if recorded is not None:
         append_recorded(trajectory, recorded)
-        if recorded.complete or len(recorded.token_ids) >= max_tokens:
-            reason = "length" if len(recorded.token_ids) >= max_tokens else "stop"
-            return TurnOutput(recorded.token_ids, recorded.logprobs, recorded.versions, reason)
-    done = recorded.token_ids if recorded is not None else []
+        return TurnOutput(
+            recorded.token_ids, recorded.logprobs, recorded.versions, "length" if len(recorded.token_ids) >= max_tokens else "stop"
+        )
     turn_start = len(trajectory.token_ids)
     turn = await engine.generate(
         list(trajectory.token_ids),
-        max_tokens=max_tokens - len(done),
+        max_tokens=max_tokens,
         temperature=temperature,
         top_k=top_k,
         stop_token_ids=episode_format.stop_token_ids,
@@ -149,9 +153,7 @@ async def _take_turn(engine, episode_format, trajectory, recorded, max_tokens, t
         on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
     )
     trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
-    if not done:
-        return turn
-    return TurnOutput(done + turn.token_ids, recorded.logprobs + turn.logprobs, recorded.versions + turn.versions, turn.finish_reason)
+    return turn
 
 
 def _add_observation(episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import itertools
 import pickle
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 
 from lit_asyncrl.config_keys import config_key
@@ -19,6 +21,7 @@ from lit_asyncrl.rollout.engine_protocol import Engine
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_instance
 from lit_asyncrl.rollout.episode_format import EpisodeFormat
+from lit_asyncrl.rollout.episode_replay import committed_part
 from lit_asyncrl.rollout.instances import training_instance
 from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 
@@ -89,9 +92,8 @@ class RolloutProducer:
         self._start_versions: dict[int, int] = {}
         #: Trajectories being generated (partial), e.g. for scoring before their version goes.
         self.active: set[Trajectory] = set()
-        #: Each group in flight: its instance, its episodes' reset seeds and its trajectories (what a
-        #: checkpoint records to continue it, `in_flight_state`).
-        self._groups: dict[int, tuple[object, list[int], list[Trajectory]]] = {}
+        #: Each group in flight (what a checkpoint records to continue it, `in_flight_state`).
+        self._groups: dict[int, _Group] = {}
         #: Groups in flight at the checkpoint a resumed run started from, continued first.
         self.resumed_groups: list[dict] = []
         self.resumed_episodes = 0
@@ -107,6 +109,8 @@ class RolloutProducer:
         self.recent_tool_calls.extend(previous.recent_tool_calls)
         self.recent_failures.extend(previous.recent_failures)
         self.started_at = previous.started_at
+        # Resumed groups the dead engine had not started yet are still owed.
+        self.resumed_groups, self.resumed_episodes = list(previous.resumed_groups), previous.resumed_episodes
 
     def start(self) -> None:
         """Start producing (thread-safe; returns at once)."""
@@ -171,9 +175,10 @@ class RolloutProducer:
                 if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.group_size):
                     await asyncio.sleep(0.005)
                     continue
-                resumed = self.resumed_groups.pop(0) if self.resumed_groups else None
-                group_id = resumed["group_id"] if resumed is not None else next(self.group_ids)
-                task = asyncio.ensure_future(self._play_group(group_id, resumed))
+                # Registered before its task first runs: a checkpoint or the trainer's release of
+                # snapshots may look in between.
+                group = self._new_group(self.resumed_groups.pop(0) if self.resumed_groups else None)
+                task = asyncio.ensure_future(self._play_group(group))
                 self._in_flight.add(task)
                 task.add_done_callback(self._in_flight.discard)
                 self.groups_started += 1
@@ -229,38 +234,37 @@ class RolloutProducer:
             await future
         self.scoring_wait_s += time.monotonic() - start
 
-    async def _play_group(self, group_id: int, resumed: dict | None = None) -> None:
-        """Play one group (or continue one recorded at a checkpoint), attach advantages and file it;
-        any failure is kept for the trainer."""
-        trajectories = [Trajectory(group_id=group_id) for _ in range(self.group_size)]
-        recorded = [None] * self.group_size if resumed is None else resumed_episodes(resumed)
-        self._start_versions[group_id] = min([self.engine.version, *(r.oldest_version for r in recorded if r and r.num_policy_tokens)])
+    def _new_group(self, resumed: dict | None) -> _Group:
+        """A group to play: a new instance, or one in flight at the checkpoint a resume started from
+        (its finished episodes kept as they were, the others replayed and continued)."""
+        if resumed is None:
+            group_id = next(self.group_ids)
+            instance = training_instance(self.env, self.rng, self.buffer.counts())
+            seeds, recorded = [self.rng.getrandbits(31) for _ in range(self.group_size)], [None] * self.group_size
+        else:
+            group_id, instance, seeds = resumed["group_id"], pickle.loads(resumed["instance"]), list(resumed["seeds"])
+            recorded = resumed_episodes(resumed)
+            self.resumed_episodes += len(recorded)
+        # An episode that had ended before the checkpoint is kept as it was; the others start anew.
+        trajectories = [episode if episode is not None and episode.finished else Trajectory(group_id=group_id) for episode in recorded]
+        versions = [self.engine.version, *(episode.oldest_version for episode in recorded if episode and episode.num_policy_tokens)]
+        self._start_versions[group_id] = min(versions)
+        self._groups[group_id] = group = _Group(group_id, instance, seeds, trajectories, recorded)
         self.active.update(trajectories)
+        return group
+
+    async def _play_group(self, group: _Group) -> None:
+        """Play one group, attach advantages and file it; any failure is kept for the trainer."""
+        group_id, trajectories = group.group_id, group.trajectories
         filed = False
         try:
-            if resumed is None:
-                instance = training_instance(self.env, self.rng, self.buffer.counts())
-                seeds = [self.rng.getrandbits(31) for _ in trajectories]
-            else:
-                instance, seeds = pickle.loads(resumed["instance"]), list(resumed["seeds"])
-                self.resumed_episodes += len(trajectories)
-            self._groups[group_id] = (instance, seeds, trajectories)
-            await asyncio.gather(
-                *(
-                    play_instance(
-                        self.engine,
-                        self.env,
-                        self.episode_formats,
-                        instance,
-                        trajectory,
-                        call_env=self.call_env,
-                        seed=seed,
-                        recorded=episode,
-                        **self.sampling,
-                    )
-                    for trajectory, seed, episode in zip(trajectories, seeds, recorded)
-                )
-            )
+            episodes = []
+            for trajectory, seed, recorded in zip(trajectories, group.seeds, group.recorded):
+                if not trajectory.finished:
+                    settings = {"call_env": self.call_env, "seed": seed, "recorded": recorded, **self.sampling}
+                    episodes.append(play_instance(self.engine, self.env, self.episode_formats, group.instance, trajectory, **settings))
+            await asyncio.gather(*episodes)
+            self._groups.pop(group_id, None)  # played: from here on no checkpoint records it in flight
             self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
             for trajectory in trajectories:
                 self.tool_calls.update(trajectory.tool_calls)
@@ -276,7 +280,7 @@ class RolloutProducer:
                 if not self.buffer.put_group(kept, reserved=self.group_size):
                     self.groups_refilled += 1
             else:
-                self.buffer.release(self.group_size)
+                self.buffer.release(self.group_size, group_id)
             filed = True
             self._check_failure_rate()
         except asyncio.CancelledError:
@@ -293,18 +297,38 @@ class RolloutProducer:
 
     def in_flight_state(self) -> list[dict]:
         """The groups in flight, as a checkpoint keeps them (call on the engine loop, which owns them):
-        group id, instance (pickled), reset seeds and each episode so far. Continued by a resumed run
-        (`resumed_groups`), their recorded turns replayed (`episode_replay.py`)."""
-        return [
-            {"group_id": group_id, "instance": pickle.dumps(instance), "seeds": list(seeds), "episodes": groups_to_state([trajectories])[0]}
-            for group_id, (instance, seeds, trajectories) in self._groups.items()
-        ] + list(self.resumed_groups)  # those not restarted yet are still owed
+        group id, instance (pickled), reset seeds and each episode up to its last final token.
+        Continued by a resumed run (`resumed_groups`), their answered turns replayed (`episode_replay.py`)."""
+        states = []
+        for group in self._groups.values():
+            try:
+                instance = pickle.dumps(group.instance)
+            except Exception as error:  # generated anew after a resume
+                warnings.warn(f"a group's instance cannot be pickled ({error!r}): it is not in this checkpoint", stacklevel=2)
+                continue
+            episodes = [committed_part(trajectory) for trajectory in group.trajectories]
+            states.append(
+                {"group_id": group.group_id, "instance": instance, "seeds": list(group.seeds), "episodes": groups_to_state([episodes])[0]}
+            )
+        return states + list(self.resumed_groups)  # those not restarted yet are still owed
 
 
 def oldest_recorded_version(group: dict) -> int | None:
     """The oldest version among a recorded group's sampled tokens (None: none sampled yet)."""
     versions = [v for episode in group["episodes"] for v, sampled in zip(episode["versions"], episode["loss_mask"]) if sampled]
     return min(versions, default=None)
+
+
+@dataclasses.dataclass
+class _Group:
+    """A group in flight: its instance, each episode's reset seed, its trajectories and, for a
+    resumed group, each episode as the checkpoint recorded it."""
+
+    group_id: int
+    instance: object
+    seeds: list[int]
+    trajectories: list[Trajectory]
+    recorded: list[Trajectory | None]
 
 
 def resumed_episodes(resumed: dict) -> list[Trajectory]:

@@ -55,6 +55,12 @@ class Trajectory:
     #: A tool task's calls by tool, and its calls answered with an error by reason (`envs/tools`).
     tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    #: Where each agent turn starts, the tokens whose values are final (the prompt, the answered
+    #: turns with their final versions, the observations: what a checkpoint records of an episode
+    #: in flight, `episode_replay.py`), and whether the episode ended.
+    turn_starts: list[int] = dataclasses.field(default_factory=list)
+    committed: int = 0
+    finished: bool = False
 
     def count_tool_calls(self, info: dict) -> None:
         """Add one step's tool calls and errors (a tool task's `info["tool_calls"]`, `info["tool_call_errors"]`)."""

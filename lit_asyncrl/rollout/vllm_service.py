@@ -14,7 +14,7 @@ import torch
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.buffer import RolloutBuffer
-from lit_asyncrl.rollout.checkpointed_groups import in_flight_groups, next_group_id, without_filed
+from lit_asyncrl.rollout.checkpointed_groups import in_flight_groups, next_group_id, not_settled, resumable
 from lit_asyncrl.rollout.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.engine_config import EngineConfig, parallelism_args
@@ -109,11 +109,11 @@ class VLLMRolloutService:
         # Groups in flight first: one may be filed before the buffer is read (the trainer takes none meanwhile).
         in_flight = in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed if self.checkpoint_pending else []
         accounting = self.buffer.state_dict(keep_pending=self.checkpoint_pending)
-        return {"accounting": accounting, "in_flight": without_filed(in_flight, accounting)}
+        return {"accounting": accounting, "in_flight": not_settled(in_flight, self.buffer.settled_groups())}
 
     def load_state_dict(self, state: dict) -> None:
         restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
-        self._resumed = list(state.get("in_flight", [])) if self.checkpoint_pending else []  # continued by lane 0
+        self._resumed = resumable(state.get("in_flight", []), self.group_size) if self.checkpoint_pending else []  # continued by lane 0
         self.buffer.resumed([group["group_id"] for group in self._resumed])
         self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
 

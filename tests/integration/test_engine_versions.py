@@ -194,8 +194,8 @@ def test_only_the_tensors_written_since_the_last_push_travel(head_engine, head_m
 
 def test_a_merged_adapter_on_some_projections_reaches_the_engine_whole(head_engine, head_model_path):
     # An adapter on q_proj and v_proj, pushed merged: after the first push only those two change, but
-    # vLLM loads q, k and v as one qkv_proj, so k travels with them (with o and the q/k norms, the
-    # rest of self_attn); sent alone, q and v would leave k uninitialised in the engine.
+    # vLLM loads q, k and v as one qkv_proj, so k travels with them; sent alone, q and v would leave
+    # k uninitialised in the engine.
     policy = adapted(head_model_path, rank=8, seed=4, target_modules=("q_proj", "v_proj"))
     head_engine.push_weights(merged_weights(policy), version=head_engine.version + 1)  # all: new tensors
     generator = torch.Generator().manual_seed(5)
@@ -204,7 +204,7 @@ def test_a_merged_adapter_on_some_projections_reaches_the_engine_whole(head_engi
             if "lora_B" in name:
                 parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
     pushed = head_engine.push_weights(merged_weights(policy), version=head_engine.version + 1)
-    # Per layer: q 128x128, k and v 64x128, o 128x128, q_norm and k_norm 64 each; two layers, fp32.
-    assert pushed["bytes"] == 4 * 2 * (128 * 128 + 2 * 64 * 128 + 128 * 128 + 2 * 64) == 394_240
+    # Per layer: q 128x128, k and v 64x128; two layers, fp32.
+    assert pushed["bytes"] == 4 * 2 * (128 * 128 + 2 * 64 * 128) == 262_144
     turn = head_engine.run(head_engine.generate([1], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
     assert (trainer_logprobs(policy, [1], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4

@@ -47,16 +47,31 @@ def test_a_sharded_tensor_is_always_sent():
     assert set(changed.select(state)) == {"w"}
 
 
-def test_a_changed_projection_travels_with_its_siblings_which_vllm_fuses_with_it():
+def test_a_changed_projection_travels_with_those_vllm_fuses_it_with():
     # q, k and v become one qkv_proj in vLLM, gate and up one gate_up_proj: a reload of a part
     # leaves the rest uninitialised. A merged LoRA adapter on q_proj and v_proj changes two of three.
-    names = [
-        f"model.layers.{i}.{part}.weight"
-        for i in (0, 1)
-        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.up_proj")
-    ]
-    state = {name: torch.zeros(2) for name in [*names, "model.layers.0.input_layernorm.weight", "lm_head.weight"]}
+    parts = (
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    )
+    names = [f"model.layers.{i}.{part}.weight" for i in (0, 1) for part in parts]
+    state = {
+        name: torch.zeros(2)
+        for name in [*names, "model.layers.0.self_attn.q_norm.weight", "model.norm.weight", "model.embed_tokens.weight"]
+    }
     changed = ChangedTensors()
     changed.sent(state)
     merged = {**state, "model.layers.0.self_attn.q_proj.weight": torch.ones(2), "model.layers.0.self_attn.v_proj.weight": torch.ones(2)}
     assert sorted(changed.select(merged)) == [f"model.layers.0.self_attn.{part}.weight" for part in ("k_proj", "q_proj", "v_proj")]
+    # up alone pulls gate; a trained final norm travels alone (not with the embedding beside it)
+    written = {**state, "model.layers.1.mlp.up_proj.weight": torch.ones(2), "model.norm.weight": torch.ones(2)}
+    assert sorted(changed.select(written)) == [
+        "model.layers.1.mlp.gate_proj.weight",
+        "model.layers.1.mlp.up_proj.weight",
+        "model.norm.weight",
+    ]

@@ -1,6 +1,6 @@
-"""An episode in flight at a checkpoint continues after the resume: its recorded turns are replayed
-into a fresh environment episode (not sampled again), sampling goes on in the middle of the turn
-the checkpoint cut, and the recorded tokens keep their mu, versions and pi_old."""
+"""An episode in flight at a checkpoint continues after the resume: its answered turns are replayed
+into a fresh environment episode (not sampled again), a turn still streaming is sampled again, and
+the recorded tokens keep their mu, versions and pi_old."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.env_calls import EnvCaller
 from lit_asyncrl.rollout.episode import play_episode
 from lit_asyncrl.rollout.episode_format import PlainFormat
+from lit_asyncrl.rollout.episode_replay import committed_part
 from lit_asyncrl.rollout.records import Trajectory
 from tests.unit.conftest import BOS, QUESTION, SEMI
 
@@ -47,50 +48,64 @@ def play(engine, tokenizer, recorded: Trajectory | None = None) -> Trajectory:
         call_env.close()
 
 
-def cut(trajectory: Trajectory, length: int, num_turns: int) -> Trajectory:
-    """The trajectory as a checkpoint would have recorded it after `length` tokens and `num_turns` answered turns."""
-    recorded = copy.deepcopy(trajectory)
+def in_flight(trajectory: Trajectory, streamed: int, committed: int, num_turns: int) -> Trajectory:
+    """The episode as it stood in flight: `streamed` tokens so far, of which `committed` final, and
+    `num_turns` turns answered by the engine."""
+    state = copy.deepcopy(trajectory)
     for name in ("token_ids", "loss_mask", "behavior_logprobs", "versions", "old_logprobs", "old_versions"):
-        setattr(recorded, name, getattr(recorded, name)[:length])
-    recorded.num_turns, recorded.reward, recorded.success = num_turns, 0.0, False
-    return recorded
+        setattr(state, name, getattr(state, name)[:streamed])
+    state.committed, state.num_turns, state.finished = committed, num_turns, False
+    state.reward, state.success = 0.0, False
+    return state
 
 
-def test_a_turn_cut_by_the_checkpoint_is_continued_and_the_recorded_tokens_keep_their_values(tokenizer):
-    # Secret 10: "5;" -> H, "8;" -> H, "10;" -> W. The checkpoint caught the third turn after "1".
+def test_answered_turns_are_replayed_with_their_values_and_a_turn_still_streaming_is_sampled_again(tokenizer):
+    # Secret 10: "5;" -> H, "8;" -> H, "10;" -> W. The checkpoint caught the third turn after "1",
+    # whose version is provisional until the turn ends: only the first 8 tokens are final.
     whole = play(ScriptedEngine([[FIVE, SEMI], [EIGHT, SEMI], [ONE, ZERO, SEMI]], version=0), tokenizer)
     assert whole.token_ids == [BOS, QUESTION, FIVE, SEMI, HIGHER, EIGHT, SEMI, HIGHER, ONE, ZERO, SEMI] and whole.success
-    whole.versions[2:4], whole.versions[5:7], whole.versions[8] = [0, 0], [1, 1], 2  # as sampled, over three versions
-    whole.old_logprobs[5] = -0.75  # a pi_old an exact route had attached
-    whole.old_versions[5] = 1
-    recorded = cut(whole, length=9, num_turns=2)
+    assert (whole.turn_starts, whole.committed, whole.finished) == ([2, 5, 8], 11, True)
+    whole.versions[2:4], whole.versions[5:7] = [0, 0], [1, 1]  # as sampled, over two versions
+    whole.old_logprobs[5], whole.old_versions[5] = -0.75, 1  # a pi_old an exact route had attached
+    recorded = committed_part(in_flight(whole, streamed=9, committed=8, num_turns=2))
+    assert recorded.token_ids == whole.token_ids[:8] and recorded.turn_starts == [2, 5]
 
-    engine = ScriptedEngine([[ZERO, SEMI]], version=7)  # the resumed run's engine, at the checkpoint's version
+    engine = ScriptedEngine([[ONE, ZERO, SEMI]], version=7)  # the resumed run's engine, at the checkpoint's version
     resumed = play(engine, tokenizer, recorded)
-    # One request only: the rest of the third turn, after its recorded "1", in what is left of the turn.
-    assert engine.requests == [([BOS, QUESTION, FIVE, SEMI, HIGHER, EIGHT, SEMI, HIGHER, ONE], GuessNumberEnv().max_turn_tokens - 1)]
+    # One request: the third turn, whole, after the replayed context.
+    assert engine.requests == [(whole.token_ids[:8], GuessNumberEnv().max_turn_tokens)]
     assert resumed.token_ids == whole.token_ids and resumed.loss_mask == whole.loss_mask
-    assert resumed.versions == [-1, -1, 0, 0, -1, 1, 1, -1, 2, 7, 7]
-    assert resumed.behavior_logprobs[:9] == whole.behavior_logprobs[:9] and resumed.behavior_logprobs[9:] == pytest.approx([-7.1, -7.2])
-    assert resumed.old_logprobs[5] == -0.75 and resumed.old_versions[5] == 1 and math.isnan(resumed.old_logprobs[9])
+    assert resumed.versions == [-1, -1, 0, 0, -1, 1, 1, -1, 7, 7, 7]
+    assert resumed.behavior_logprobs[:8] == whole.behavior_logprobs[:8] and resumed.behavior_logprobs[8:] == pytest.approx(
+        [-7.1, -7.2, -7.3]
+    )
+    assert resumed.old_logprobs[5] == -0.75 and resumed.old_versions[5] == 1 and math.isnan(resumed.old_logprobs[8])
     # The environment's answers were replayed: the same reward and outcome, three turns.
     assert (resumed.reward, resumed.success, resumed.num_turns, resumed.env_failure) == (1.0, True, 3, None)
 
 
-def test_a_whole_recorded_turn_waiting_for_its_answer_is_not_sampled_again(tokenizer):
+def test_an_answered_turn_waiting_for_the_environment_is_not_sampled_again(tokenizer):
     whole = play(ScriptedEngine([[FIVE, SEMI], [EIGHT, SEMI], [ONE, ZERO, SEMI]], version=0), tokenizer)
-    recorded = cut(whole, length=7, num_turns=2)  # "8;" answered by the engine, the environment's answer not yet in
+    recorded = committed_part(in_flight(whole, streamed=7, committed=7, num_turns=2))  # "8;" answered, no answer yet
     engine = ScriptedEngine([[ONE, ZERO, SEMI]], version=4)
     resumed = play(engine, tokenizer, recorded)
     assert [prompt for prompt, _ in engine.requests] == [whole.token_ids[:8]]  # only the third turn was sampled
     assert resumed.token_ids == whole.token_ids and resumed.success
 
 
-def test_an_environment_that_answers_otherwise_fails_the_episode_as_restart(tokenizer):
+@pytest.mark.parametrize(
+    ("position", "token"),
+    [(4, WON), (8, EIGHT)],  # the first answer said W (not H); the second answer was "H8" (longer than the replayed "H")
+    ids=["another_answer", "a_longer_answer"],
+)
+def test_an_environment_that_answers_otherwise_fails_the_episode_as_restart(tokenizer, position, token):
     whole = play(ScriptedEngine([[FIVE, SEMI], [EIGHT, SEMI], [ONE, ZERO, SEMI]], version=0), tokenizer)
-    recorded = cut(whole, length=9, num_turns=2)
-    recorded.token_ids[4] = WON  # the recording says the first guess won; the environment says H
-    engine = ScriptedEngine([[ZERO, SEMI]], version=7)
+    recorded = committed_part(in_flight(whole, streamed=9, committed=8, num_turns=2))
+    if token == EIGHT:  # one observation token more at the end of the recording
+        recorded.extend_context([token])
+    else:
+        recorded.token_ids[position] = token
+    engine = ScriptedEngine([[ONE, ZERO, SEMI]], version=7)
     resumed = play(engine, tokenizer, recorded)
-    assert resumed.env_failure == "restart" and "answered otherwise" in resumed.env_failure_message
+    assert resumed.env_failure == "restart" and "otherwise" in resumed.env_failure_message
     assert engine.requests == []  # stopped at the first answer that differs, before any sampling

@@ -10,6 +10,7 @@ c has id ord(c) - 27: <bos>=1, <eos>=2, '5'=26, ';'=32, '?'=36, 'a'=70. No vLLM 
 from __future__ import annotations
 
 import asyncio
+import pickle
 import threading
 import time
 import types
@@ -18,6 +19,7 @@ import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv, TaskMix
 from lit_asyncrl.rollout.buffer import RolloutBuffer
+from lit_asyncrl.rollout.checkpointed_groups import groups_to_state
 from lit_asyncrl.rollout.engine_protocol import TurnOutput
 from lit_asyncrl.rollout.episode_format import PlainFormat
 from lit_asyncrl.rollout.producer import RolloutProducer
@@ -470,7 +472,10 @@ def test_a_resumed_service_trains_the_stored_groups_and_numbers_new_ones_past_th
     state = first.state_dict()
     assert [[episode["group_id"] for episode in group] for group in state["accounting"]["pending_groups"]] == [[5, 5], [9, 9]]
     assert state["in_flight"] == []  # not started: nothing in flight
-    state["in_flight"] = [{"group_id": 12, "instance": b"", "seeds": [1, 2], "episodes": []}]  # as a running service records it
+    episodes = groups_to_state([[Trajectory(group_id=12), Trajectory(group_id=12)]])[0]
+    state["in_flight"] = [
+        {"group_id": 12, "instance": pickle.dumps(4), "seeds": [1, 2], "episodes": episodes}
+    ]  # as a running service records it
     # The resumed run's own setting decides: false counts them as dropped at the restart.
     resumed = make_service(model_path, checkpoint_pending=checkpoint_pending)
     resumed.load_state_dict(state)
@@ -485,7 +490,7 @@ def test_a_resumed_service_trains_the_stored_groups_and_numbers_new_ones_past_th
 
 
 async def finishing_turn(engine, prompt_ids, on_tokens):
-    """Completes a turn cut after "a" with ";" (the guess "a;" is malformed: the episode ends)."""
+    """Answers ";" (the guess is malformed: the episode ends after this turn)."""
     on_tokens([SEMI], [-0.75])
     return TurnOutput([SEMI], [-0.75], [engine.version], "stop")
 
@@ -496,24 +501,48 @@ def test_groups_in_flight_at_a_checkpoint_are_continued_by_the_resumed_producer(
     first = engines.producer(engine, RolloutBuffer(capacity=8, max_version_gap=3), tokenizer, max_concurrent_groups=1)
     first.start()
     wait_for(lambda: len(engine.requests) == 2, "one group blocked in its first turn")
-    (state,) = engine.run(asyncio.sleep(0, result=first.in_flight_state()))  # read on the engine's loop
-    assert [episode["token_ids"] for episode in state["episodes"]] == [[BOS, QUESTION, LETTER_A]] * 2
+
+    async def read():
+        return first.in_flight_state()
+
+    (state,) = engine.run(read())  # on the engine's loop, as a checkpoint reads it
+    # "a" was streaming (its version not final yet): the checkpoint keeps the prompt only
+    assert [episode["token_ids"] for episode in state["episodes"]] == [[BOS, QUESTION]] * 2
     first.stop()
 
-    # The resumed run: its engine at version 5 ends the cut turn; the group keeps its id and instance.
+    # The resumed run: its engine at version 5 plays the turn again; the group keeps its id and instance.
     resumed_engine = engines.engine(finishing_turn)
     resumed_engine.version = 5
     buffer = RolloutBuffer(capacity=8, max_version_gap=10)
     second = engines.producer(resumed_engine, buffer, tokenizer, max_concurrent_groups=1)
     second.resumed_groups = [state]
-    assert second.oldest_in_flight_version == 0  # the recorded tokens' version stays live until it restarts
     second.start()
     wait_for(lambda: buffer.pending >= 2, "the continued group filed")
     continued = buffer.take(1, timeout_s=1)[0]
     assert [t.group_id for t in continued] == [state["group_id"]] * 2
-    for trajectory in continued:  # the recorded "a" kept its version 0 and mu; the rest sampled at 5
-        assert trajectory.token_ids == [BOS, QUESTION, LETTER_A, SEMI] and trajectory.versions == [-1, -1, 0, 5]
-        assert trajectory.behavior_logprobs[2:] == [-0.5, -0.75]
-    # the request asked only for what the turn had left
-    assert resumed_engine.requests[0]["prompt"] == [BOS, QUESTION, LETTER_A]
+    for trajectory in continued:
+        assert trajectory.token_ids == [BOS, QUESTION, SEMI] and trajectory.versions == [-1, -1, 5]
+    assert resumed_engine.requests[0]["prompt"] == [BOS, QUESTION]
     assert second.resumed_episodes == 2 and second.resumed_groups == []
+
+
+def test_an_episode_that_had_ended_before_the_checkpoint_is_kept_as_it_was(engines, tokenizer):
+    ended = Trajectory(group_id=7)
+    ended.extend_context([BOS, QUESTION])
+    ended.extend_policy([LETTER_A, SEMI], [-0.5, -0.25], [2, 2])
+    ended.num_turns, ended.turn_starts, ended.committed, ended.finished, ended.reward = 1, [2], 4, True, 0.5
+    waiting = Trajectory(group_id=7)
+    waiting.extend_context([BOS, QUESTION])
+    waiting.committed = 2
+    state = {"group_id": 7, "instance": pickle.dumps(4), "seeds": [1, 2], "episodes": groups_to_state([[ended, waiting]])[0]}
+    engine = engines.engine(finishing_turn)
+    engine.version = 3
+    buffer = RolloutBuffer(capacity=8, max_version_gap=10)
+    producer = engines.producer(engine, buffer, tokenizer, max_concurrent_groups=1)
+    producer.resumed_groups = [state]
+    producer.start()
+    wait_for(lambda: buffer.pending >= 2, "the group filed")
+    first, second = buffer.take(1, timeout_s=1)[0]
+    assert (first.token_ids, first.versions, first.reward) == ([BOS, QUESTION, LETTER_A, SEMI], [-1, -1, 2, 2], 0.5)  # not played again
+    assert (second.token_ids, second.versions) == ([BOS, QUESTION, SEMI], [-1, -1, 3])
+    assert len(engine.requests) == 1  # only the episode in flight asked the engine
