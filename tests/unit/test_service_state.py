@@ -18,7 +18,10 @@ def datamodule_after_a_run() -> RolloutDataModule:
 def test_the_checkpoint_holds_the_services_accounting():
     saved = datamodule_after_a_run().state_dict()
     assert saved == {
-        "rollout_service": {"accounting": {"produced": 10, "trained": 6, "dropped": {"stale": 4}, "pending": 0, "by_task": {}}}
+        "rollout_service": {
+            "accounting": {"produced": 10, "trained": 6, "dropped": {"stale": 4}, "pending": 0, "by_task": {}, "pending_groups": []},
+            "in_flight": [],  # nothing generating: the service is not started
+        }
     }
     resumed = RolloutDataModule(**SMALL)
     resumed.load_state_dict(saved)
@@ -37,4 +40,5 @@ def test_a_checkpoint_from_before_the_services_state_still_resumes():
         "dropped": {"stale": 3, "restart": 1},
         "pending": 0,
         "by_task": {},
+        "pending_groups": [],
     }
