@@ -70,7 +70,15 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
             "log_every_n_steps": trainer["log_every_n_steps"],
             "gradient_clip_val": trainer["gradient_clip_val"],
             "default_root_dir": run_dir,
-            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": run_dir, "name": "", "version": ""}},
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {
+                    "save_dir": run_dir,
+                    "name": "",
+                    "version": "",
+                    "flush_logs_every_n_steps": trainer["logger"]["flush_logs_every_n_steps"],
+                },
+            },
             "callbacks": [
                 {"class_path": "lit_asyncrl.plots.TrainingCurvesPlot"},
                 # Periodic checkpoints (the latest kept) and the final state in last.ckpt, as in Hydra.
