@@ -5,7 +5,9 @@ storage and in-place-write counter are those it had at the engine's last push ho
 engine already has, and is not sent again. Frozen parameters (frozen layers, `model.train_last_layers`)
 are never written, so after the first push only the trained tensors travel. The optimizer writes every
 trained tensor in place, and a tensor built anew for a push (e.g. a merged LoRA weight) has new storage,
-so both always count as written. A sharded tensor (FSDP2's DTensor) is always sent. The identity is the
+so both always count as written: the tensors of the last push are held until the next, so that a new
+tensor cannot take over a freed one's address (seen: a merged weight at its predecessor's address,
+taken for unchanged). A sharded tensor (FSDP2's DTensor) is always sent. The identity is the
 one snapshot retention checks frozen parameters with (`asyncrl_callbacks.snapshot_store.tensor_identity`).
 
 A changed projection travels with the projections vLLM fuses it with (`qkv_proj` = q, k, v;
@@ -31,6 +33,7 @@ class ChangedTensors:
 
     def __init__(self) -> None:
         self._at_last_push: dict[str, tuple[int, int] | None] | None = None  # None: nothing sent yet
+        self._last_pushed: dict[str, torch.Tensor] = {}  # held: their addresses stay theirs
 
     def select(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The tensors of `state_dict` written since the last push `sent` recorded (all, the first
@@ -48,6 +51,7 @@ class ChangedTensors:
     def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """The engine now holds the values of every tensor of `state_dict` (the full one `select` was given)."""
         self._at_last_push = {name: tensor_identity(tensor) for name, tensor in state_dict.items()}
+        self._last_pushed = dict(state_dict)
 
 
 def _fused_layer(name: str) -> tuple[str, int, str] | None:

@@ -20,15 +20,17 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 
 # PPO-EWMA with beta from the observed staleness window (W / (W + 2)): the window is part of the
 # EWMA's state. Weights reach the engine every second step, so the run trains on stale tokens
-# whatever the timing. Twice the groups of a batch in flight, in a buffer with room for twice that:
-# at every checkpoint finished groups wait and others are being generated (with as many in flight as
-# a batch takes, the buffer is often empty after a take; with no room, nothing is in flight).
+# whatever the timing. Generation outpaces training (8 groups in flight, 2 taken a step) but every
+# answer takes 0.2 s, so at a checkpoint finished groups wait and others are still being generated
+# (without the latency the buffer filled up, and nothing was in flight, at one of the two).
 RUN = [
     "experiment=ppo_ewma",
     "reference.beta=null",
     "rollout.weight_sync_every=2",
+    "rollout.groups_per_batch=2",
     "rollout.max_concurrent_groups=8",
     "rollout.buffer_capacity=64",
+    "env.latency_s=0.2",
     "trainer.num_sanity_val_steps=0",
     "checkpoint_every=2",
 ]
@@ -59,7 +61,7 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
         for path in (directory / "checkpoints").iterdir():
             assert torch.load(path, map_location="cpu", weights_only=False)["global_step"] in (4, 6), path
     # 3. Resumed from that, to the end.
-    run_hydra([*RUN, *SMALL_RUN, "trainer.max_steps=9", resume_from(at_6), f"hydra.run.dir={third}"])
+    run_hydra([*SMALL_RUN, *RUN, "trainer.max_steps=9", resume_from(at_6), f"hydra.run.dir={third}"])
 
     # Stitched over the segments (each up to the checkpoint the next resumed from), every step
     # appears once: the steps a kill lost were taken again and logged by the next segment.
@@ -72,24 +74,30 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
     for rows, version in ((segments[1], 4), (segments[2], 6)):  # the engine served the checkpoint's version first
         assert all(row["rollout/engine_version"] >= version for row in rows)
 
-    checkpoint = torch.load(at_6, map_location="cpu", weights_only=False)
-    saved = checkpoint["RolloutDataModule"]["rollout_service"]["accounting"]
-    assert saved["produced"] == saved["trained"] + sum(saved["dropped"].values()) + saved["pending"]
-    # The episodes pending at the checkpoint came back and were trained first (the buffer's oldest):
-    # the first batch holds as many of them as it takes; none was dropped as "restart".
-    assert saved["pending"] == sum(len(group) for group in saved["pending_groups"]) > 0
-    episodes_per_batch = segments[2][0]["rollout/trained"] - saved["trained"]
-    assert segments[2][0]["rollout/restored_trained"] == min(saved["pending"], episodes_per_batch)
-    for row in segments[2]:
-        assert row["rollout/dropped_restart"] == 0 and row["rollout/restored"] == saved["pending"]
-        assert row["rollout/trained"] >= saved["trained"] and row["rollout/produced"] >= saved["produced"]
+    # Each resume: the episodes pending at its checkpoint came back and were trained first (the
+    # buffer's oldest; the first batch holds as many as it takes), none dropped as "restart"; the
+    # groups in flight were continued (their answered turns replayed: the environment answered as
+    # before, no "restart" drop; the turns still streaming sampled again). Over the two resumes both
+    # happened.
+    kept = {"pending": 0, "in_flight": 0}
+    for checkpoint_path, rows in ((at_4, segments[1]), (at_6, segments[2])):
+        service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"]["rollout_service"]
+        saved, in_flight = service["accounting"], service["in_flight"]
+        assert saved["produced"] == saved["trained"] + sum(saved["dropped"].values()) + saved["pending"]
+        assert saved["pending"] == sum(len(group) for group in saved["pending_groups"])
+        assert all(len(group["episodes"]) == 4 for group in in_flight)
+        episodes_per_batch = rows[0]["rollout/trained"] - saved["trained"]
+        assert rows[0].get("rollout/restored_trained", 0) == min(saved["pending"], episodes_per_batch)
+        for row in rows:
+            assert row["rollout/dropped_restart"] == 0 and row.get("rollout/restored", 0) == saved["pending"]
+            assert row["rollout/trained"] >= saved["trained"] and row["rollout/produced"] >= saved["produced"]
+        assert max(row.get("rollout/resumed_in_flight", 0) for row in rows) == 4 * len(in_flight)
+        kept["pending"] += saved["pending"]
+        kept["in_flight"] += len(in_flight)
+    assert kept["pending"] > 0 and kept["in_flight"] > 0, kept
     assert not (third / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
-    # The groups in flight at the checkpoint were continued: their answered turns replayed (the
-    # environment answered as before: no "restart" drop), the turns still streaming sampled again.
-    in_flight = checkpoint["RolloutDataModule"]["rollout_service"]["in_flight"]
-    assert in_flight and all(len(group["episodes"]) == 4 for group in in_flight)
-    assert segments[2][-1]["rollout/resumed_in_flight"] == 4 * len(in_flight)
 
+    checkpoint = torch.load(at_6, map_location="cpu", weights_only=False)
     # The EWMA state the resumed run starts from is the checkpoint's: its beta comes from the larger
     # of the checkpoint's window and the first batch's gap (a fresh EWMA would know only the latter),
     # and its reset counter carries on (one more if that step reset).

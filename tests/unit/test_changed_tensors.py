@@ -1,5 +1,7 @@
 """Which tensors a push sends to an engine that already holds the previous version."""
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -75,3 +77,17 @@ def test_a_changed_projection_travels_with_those_vllm_fuses_it_with():
         "model.layers.1.mlp.up_proj.weight",
         "model.norm.weight",
     ]
+
+
+def test_the_pushed_tensors_are_held_so_that_a_new_one_cannot_take_their_address():
+    # The allocator may give a freed block to the next tensor made: a merged weight made for the next
+    # push could land where the previous one was, with the same fresh write counter, and pass for
+    # unchanged (seen on the real engine). Holding the pushed tensors until the next push prevents it.
+    changed, pushed = ChangedTensors(), torch.zeros(1024)
+    held = weakref.ref(pushed)
+    changed.sent({"w": pushed})
+    del pushed
+    assert held() is not None
+    assert set(changed.select({"w": torch.zeros(1024)})) == {"w"}
+    changed.sent({"w": torch.ones(1024)})
+    assert held() is None  # released at the next push
