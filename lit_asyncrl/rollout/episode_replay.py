@@ -63,8 +63,8 @@ class EpisodeReplay:
         turns = trajectory.num_turns
         if turns < recorded.num_turns:
             same = same and length == recorded.turn_starts[turns]
-        elif turns == recorded.num_turns and not self._ends_with_a_turn():
-            same = same and length == len(recorded.token_ids)
+        elif turns == recorded.num_turns and recorded.token_ids and not self._ends_with_a_turn():
+            same = same and length == len(recorded.token_ids)  # (an empty recording: the episode had not begun)
         if not same:
             raise ReplayMismatch(f"the environment answered otherwise than before the resume (after turn {turns}, {length} tokens)")
 

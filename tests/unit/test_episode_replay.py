@@ -109,3 +109,11 @@ def test_an_environment_that_answers_otherwise_fails_the_episode_as_restart(toke
     resumed = play(engine, tokenizer, recorded)
     assert resumed.env_failure == "restart" and "otherwise" in resumed.env_failure_message
     assert engine.requests == []  # stopped at the first answer that differs, before any sampling
+
+
+def test_an_episode_caught_before_its_first_answer_is_played_from_the_start(tokenizer):
+    whole = play(ScriptedEngine([[FIVE, SEMI], [EIGHT, SEMI], [ONE, ZERO, SEMI]], version=0), tokenizer)
+    recorded = committed_part(in_flight(whole, streamed=0, committed=0, num_turns=0))  # its reset still under way
+    engine = ScriptedEngine([[FIVE, SEMI], [EIGHT, SEMI], [ONE, ZERO, SEMI]], version=2)
+    resumed = play(engine, tokenizer, recorded)
+    assert resumed.token_ids == whole.token_ids and resumed.env_failure is None and len(engine.requests) == 3
