@@ -81,6 +81,10 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
             },
             "callbacks": [
                 {"class_path": "lit_asyncrl.plots.TrainingCurvesPlot"},
+                {
+                    "class_path": "lit_asyncrl.trainer_callbacks.TrainedEpisodesWriter",
+                    "init_args": {"dirpath": f"{run_dir}/trained_episodes", "enabled": cfg.save_trained_episodes},
+                },
                 # Periodic checkpoints (the latest kept) and the final state in last.ckpt, as in Hydra.
                 {
                     "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",

@@ -6,6 +6,7 @@ continued, nothing left behind."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 # EWMA's state. Weights reach the engine every second step, so the run trains on stale tokens
 # whatever the timing. Generation outpaces training (8 groups in flight, 2 taken a step) but every
 # answer takes 0.2 s, so at a checkpoint finished groups wait and others are still being generated
-# (without the latency the buffer filled up, and nothing was in flight, at one of the two).
+# (without the latency the buffer filled up, and nothing was in flight, at one of the two). Every
+# trained batch's episodes are written out (`save_trained_episodes`) to check the continued ones.
 RUN = [
     "experiment=ppo_ewma",
     "reference.beta=null",
@@ -33,6 +35,10 @@ RUN = [
     "env.latency_s=0.2",
     "trainer.num_sanity_val_steps=0",
     "checkpoint_every=2",
+    "save_trained_episodes=true",
+    # Warmed up enough to guess well-formed numbers, so that episodes go on for several turns and a
+    # checkpoint catches some between turns (a malformed first guess ends the episode at once).
+    "model.warm_start_steps=40",
 ]
 
 
@@ -47,6 +53,40 @@ def killed_at(point: str, step: int, overrides: list[str], run_dir: Path) -> Pat
 
 def resume_from(checkpoint: Path) -> str:
     return f"ckpt_path='{checkpoint}'"
+
+
+def trained_episodes(run_dir: Path) -> list[dict]:
+    """Every episode the run trained on (`save_trained_episodes`), batch after batch."""
+    paths = sorted((run_dir / "trained_episodes").glob("step=*.jsonl"), key=lambda path: int(path.stem.split("=")[1]))
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
+
+
+def continued_across_the_resume(group: dict, trained: list[dict], resumed_version: int) -> int:
+    """Checks that each recorded episode of a group in flight at the checkpoint was trained with the
+    tokens, versions and mu it was recorded with, and that the tokens sampled after the resume carry a
+    version from the checkpoint's on; returns how many were partial (an answered turn, not ended) and
+    went on. A group the segment did not train before it ended is not checked (returns 0)."""
+    rows = [row for row in trained if row["group_id"] == group["group_id"]]
+    if not rows:
+        return 0
+    assert len(rows) == len(group["episodes"]), (group["group_id"], len(rows))
+    continued = 0
+    for recorded in group["episodes"]:
+        n = len(recorded["token_ids"])
+        prefix = {
+            "input_ids": recorded["token_ids"],
+            "loss_mask": [int(sampled) for sampled in recorded["loss_mask"]],
+            "versions": recorded["versions"],
+            "behavior_logprobs": torch.tensor(recorded["behavior_logprobs"], dtype=torch.float32).tolist(),
+        }
+        matches = [row for row in rows if all(row[name][:n] == values for name, values in prefix.items())]
+        assert matches, f"group {group['group_id']}: a recorded episode of {n} tokens was not trained as recorded"
+        row = matches[0]
+        rows.remove(row)
+        after = [v for v, sampled in zip(row["versions"][n:], row["loss_mask"][n:]) if sampled]
+        assert all(version >= resumed_version for version in after), (resumed_version, after)
+        continued += int(not recorded["finished"] and any(recorded["loss_mask"]) and bool(after))
+    return continued
 
 
 def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(tmp_path):
@@ -95,6 +135,16 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
         kept["pending"] += saved["pending"]
         kept["in_flight"] += len(in_flight)
     assert kept["pending"] > 0 and kept["in_flight"] > 0, kept
+
+    # The episodes continued across a resume were trained with the tokens, per-token versions and mu
+    # they had at the checkpoint (the engine sampled them before the kill); at least one partial
+    # episode went on under the restored weights.
+    continued = 0
+    for checkpoint_path, run_dir, version in ((at_4, second, 4), (at_6, third, 6)):
+        service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"]["rollout_service"]
+        trained = trained_episodes(run_dir)
+        continued += sum(continued_across_the_resume(group, trained, version) for group in service["in_flight"])
+    assert continued > 0
     assert not (third / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
 
     checkpoint = torch.load(at_6, map_location="cpu", weights_only=False)
