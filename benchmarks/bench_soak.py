@@ -156,15 +156,34 @@ def main() -> None:
             value = growth(segment, key, start + args.warmup)
             text = "too few samples" if value is None else f"{100 * value:+.1f}%"
             print(f"segment {index} {key.removesuffix('_mb')} RSS growth after warm-up: {text} (target <= +5%)")
-    final = args.out / "segment2" / "metrics.csv"
-    with open(final, newline="") as handle:
-        rows = [row for row in csv.DictReader(handle) if row.get("train/task_success")]
-    last = rows[-1]
-    print(f"resident snapshots at the end: {last.get('snapshot/resident')}; pending episodes: {last.get('rollout/pending')}")
-    identity = float(last["rollout/produced"]) == float(last["rollout/trained"]) + float(last["rollout/dropped"]) + float(
-        last["rollout/pending"]
-    )
-    print(f"accounting identity at the end: {'holds' if identity else 'BROKEN'}; engine restarts: {last.get('rollout/engine_restarts')}")
+    for index in range(len(plan)):
+        rows = step_rows(args.out / f"segment{index}" / "metrics.csv")
+        if not rows:
+            continue
+        last = rows[-1]
+        broken = [row["step"] for row in rows if float(row["rollout/produced"]) != sum(float(row[key]) for key in ACCOUNTED)]
+        dropped = {
+            key.removeprefix("rollout/dropped_"): last[key]
+            for key in last
+            if key.startswith("rollout/dropped_") and last[key] and float(last[key])
+        }
+        print(
+            f"segment {index}: steps {rows[0]['step']}-{last['step']}; accounting identity "
+            + ("held in every row" if not broken else f"BROKEN at steps {broken[:5]}")
+            + f"; at its end: resident snapshots {last.get('snapshot/resident')}, pending episodes {last.get('rollout/pending')}"
+            + f", engine restarts {last.get('rollout/engine_restarts')}, dropped by reason {dropped}"
+        )
+
+
+ACCOUNTED = ("rollout/trained", "rollout/dropped", "rollout/pending")
+
+
+def step_rows(path: Path) -> list[dict]:
+    """The metrics.csv rows of training steps (validation rows have no task success)."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [row for row in csv.DictReader(handle) if row.get("train/task_success")]
 
 
 if __name__ == "__main__":
