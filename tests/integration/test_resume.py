@@ -139,10 +139,14 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
     # The episodes continued across a resume were trained with the tokens, per-token versions and mu
     # they had at the checkpoint (the engine sampled them before the kill); at least one partial
     # episode went on under the restored weights.
+    # The first batch after each resume holds the pending groups (as many as a batch takes: 2).
     continued = 0
     for checkpoint_path, run_dir, version in ((at_4, second, 4), (at_6, third, 6)):
         service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"]["rollout_service"]
         trained = trained_episodes(run_dir)
+        pending = {episode["group_id"] for group in service["accounting"]["pending_groups"] for episode in group}
+        first_batch = {row["group_id"] for row in trained if row["step"] == version}
+        assert len(first_batch & pending) == min(len(pending), 2), (first_batch, pending)
         continued += sum(continued_across_the_resume(group, trained, version) for group in service["in_flight"])
     assert continued > 0
     assert not (third / "warm_start").exists()  # no second warm start on resume (SMALL_RUN asks for one)
