@@ -7,14 +7,15 @@ SIGKILLed and replaced (`rollout.engine_restarts=1`), and the trainer SIGKILLed 
 (which keeps the pending episodes and continues those in flight). Every `--sample-s` seconds the
 resident memory (RSS) of the trainer and of its engine processes is sampled.
 
-Reported, per segment between kills (each its own processes): the RSS growth after warm-up, the
-median of the segment's last tenth of samples over the median of its first tenth after
-`--warmup` steps, for the trainer and the engine, against the target of at most 5%; and at the
-end the state the caps bound: resident snapshots (<= rollout.max_version_gap + 1), pending episodes
-(<= rollout.buffer_capacity), and the accounting identity.
+Reported, for each process's lifetime (a segment's trainer; an engine until it is killed, and the one
+that replaced it): the RSS growth after warm-up, the median of its last tenth of samples over the median
+of its first tenth after its first `--warmup` steps, against the target of at most 5%; and per segment,
+over all its rows: the accounting identity, the most snapshots resident (cap: rollout.max_version_gap +
+1) and the most episodes pending (cap: rollout.buffer_capacity), and the drops by reason so far.
 
     python benchmarks/bench_soak.py                        # 2,000 steps
     python benchmarks/bench_soak.py --steps 300 --warmup 50  # a shorter check
+    python benchmarks/bench_soak.py --report-only --out DIR  # the report again, from DIR's samples and logs
 
 The samples go to `<out>/rss.csv` and each segment's run to `<out>/segment<N>/`.
 """
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 
 import psutil
+from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE_MARK = "VLLM::EngineCore"
@@ -115,7 +117,11 @@ def main() -> None:
     parser.add_argument("--fail-every", type=int, default=50)
     parser.add_argument("--sample-s", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=REPO / "outputs" / "soak")
+    parser.add_argument("--report-only", action="store_true", help="report on the runs already in --out")
     args = parser.parse_args()
+    if args.report_only:
+        report(args.out, 3, args.warmup)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     args.started = time.monotonic()
     base = [
@@ -145,34 +151,55 @@ def main() -> None:
                 break
             (checkpoint,) = sorted((run_dir / "checkpoints").glob("step=*.ckpt"), key=lambda path: int(path.stem.split("=")[1]))[-1:]
             resume = [f"ckpt_path='{checkpoint}'"]
-    with open(samples_path, newline="") as handle:
+    report(args.out, len(plan), args.warmup)
+
+
+def report(out: Path, segments: int, warmup: int) -> None:
+    """Growth per process lifetime, then per segment the accounting, the caps and the drops."""
+    with open(out / "rss.csv", newline="") as handle:
         samples = [{key: float(value) for key, value in row.items()} for row in csv.DictReader(handle)]
-    for index in range(len(plan)):
-        segment = [row for row in samples if row["segment"] == index]
-        if not segment:
-            continue
-        start = min(row["step"] for row in segment if row["step"] >= 0) if any(row["step"] >= 0 for row in segment) else 0
+    for index in range(segments):
+        segment = [row for row in samples if row["segment"] == index and row["step"] >= 0]
         for key in ("trainer_mb", "engine_mb"):
-            value = growth(segment, key, start + args.warmup)
-            text = "too few samples" if value is None else f"{100 * value:+.1f}%"
-            print(f"segment {index} {key.removesuffix('_mb')} RSS growth after warm-up: {text} (target <= +5%)")
-    for index in range(len(plan)):
-        rows = step_rows(args.out / f"segment{index}" / "metrics.csv")
+            for life, lived in enumerate(lifetimes(segment, key)):
+                value = growth(lived, key, lived[0]["step"] + warmup)
+                text = "too few samples" if value is None else f"{100 * value:+.1f}%"
+                steps = f"steps {lived[0]['step']:.0f}-{lived[-1]['step']:.0f}"
+                print(f"segment {index} {key.removesuffix('_mb')} {life} ({steps}) RSS growth after warm-up: {text} (target <= +5%)")
+    for index in range(segments):
+        run_dir = out / f"segment{index}"
+        rows = step_rows(run_dir / "metrics.csv")
         if not rows:
             continue
-        last = rows[-1]
+        config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+        snapshot_cap, pending_cap = config.rollout.max_version_gap + 1, config.rollout.buffer_capacity
         broken = [row["step"] for row in rows if float(row["rollout/produced"]) != sum(float(row[key]) for key in ACCOUNTED)]
+        most_resident = max(float(row["snapshot/resident"]) for row in rows if row.get("snapshot/resident"))
+        most_pending = max(float(row["rollout/pending"]) for row in rows)
+        last = rows[-1]
         dropped = {
-            key.removeprefix("rollout/dropped_"): last[key]
-            for key in last
-            if key.startswith("rollout/dropped_") and last[key] and float(last[key])
+            key.removeprefix("rollout/dropped_"): last[key] for key in last if key.startswith("rollout/dropped_") and float(last[key] or 0)
         }
         print(
             f"segment {index}: steps {rows[0]['step']}-{last['step']}; accounting identity "
             + ("held in every row" if not broken else f"BROKEN at steps {broken[:5]}")
-            + f"; at its end: resident snapshots {last.get('snapshot/resident')}, pending episodes {last.get('rollout/pending')}"
-            + f", engine restarts {last.get('rollout/engine_restarts')}, dropped by reason {dropped}"
+            + f"; most snapshots resident {most_resident:.0f} (cap {snapshot_cap}), most episodes pending {most_pending:.0f}"
+            + f" (cap {pending_cap}); engine restarts in this segment {last.get('rollout/engine_restarts')}"
+            + f"; dropped by reason, over the run so far: {dropped}"
         )
+
+
+def lifetimes(samples: list[dict], key: str) -> list[list[dict]]:
+    """The samples split where the process was replaced (its RSS fell below half the previous sample:
+    a restarted engine starts small), each part one process's lifetime."""
+    parts: list[list[dict]] = []
+    for row in samples:
+        if row[key] <= 0:
+            continue
+        if not parts or row[key] < 0.5 * parts[-1][-1][key]:
+            parts.append([])
+        parts[-1].append(row)
+    return parts
 
 
 ACCOUNTED = ("rollout/trained", "rollout/dropped", "rollout/pending")

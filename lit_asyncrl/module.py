@@ -150,7 +150,7 @@ class AsyncRLModule(L.LightningModule):
     def _fidelity_callbacks(self) -> list[L.Callback]:
         return self.fidelity.callbacks() if self.fidelity is not None else []
 
-    def training_step(self, dataloader_iter: Iterator) -> dict:
+    def training_step(self, dataloader_iter: Iterator) -> torch.Tensor:
         # Wall time from the previous step's start: includes waiting for rollouts, the reference
         # stage, the update and the weight push (what a route's overhead adds to).
         now = time.perf_counter()
@@ -185,8 +185,7 @@ class AsyncRLModule(L.LightningModule):
         loss = policy_loss - entropy_bonus
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
         self._log_step(batch, out.metrics, fidelity, version_gap, entropy, loss, ref_logprobs, step_s)
-        # The batch goes to the callbacks' on_train_batch_end (this step pulled it itself, so their `batch` is None).
-        return {"loss": loss, "batch": batch}
+        return loss
 
     def _global_batch_scale(self, valid: torch.Tensor, aggregation: str) -> torch.Tensor | float:
         """Under DDP, makes this rank's term, aggregated with `aggregation` over `valid`, its share

@@ -21,12 +21,13 @@ EPISODE_COLUMNS = ("group_ids", "rewards", "success")
 
 class TrainedEpisodesWriter(L.Callback):
     """`<dirpath>/step=<N>.jsonl` (`step=<N>.rank=<R>.jsonl` under several training processes): one line
-    per episode of the batch trained at step N (the `step` of metrics.csv), with its group id, reward,
-    success, token ids, loss mask (the policy's tokens), per-token versions and behaviour log-probs mu
-    (0 off the policy's tokens; versions there are -1), and a mixture's task name.
+    per episode trained at step N (the `step` of metrics.csv; every micro-batch of the step under gradient
+    accumulation), with its group id, reward, success, token ids, loss mask (the policy's tokens),
+    per-token versions and behaviour log-probs mu (0 off the policy's tokens; versions there are -1), and a
+    mixture's task name.
 
-    The batch is the hook's `batch`, or `outputs["batch"]` for a module that pulls its own batch in
-    `training_step` (as `AsyncRLModule` does: Lightning then passes no batch to the hooks).
+    Written at the end of each batch: a module that pulls its own batch in `training_step` (as
+    `AsyncRLModule` does) has none when the batch starts, and Lightning hands it to this hook.
 
     Args:
         dirpath: the folder the files go to (made when the first batch comes).
@@ -36,21 +37,24 @@ class TrainedEpisodesWriter(L.Callback):
     def __init__(self, dirpath: str | Path, enabled: bool = True) -> None:
         self.dirpath, self.enabled = Path(dirpath), enabled
         self._step = 0
+        self._written_step: int | None = None  # the step whose file this process last wrote
 
     @override
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._step = trainer.global_step  # the step the batch is trained at (the hook below comes after it)
+        self._step = trainer.global_step  # the step the batch is trained at (the optimizer moves it before the hook below)
 
     @override
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
-        trained = outputs.get("batch") if isinstance(outputs, dict) and batch is None else batch
-        if not self.enabled or trained is None:
+        if not self.enabled or batch is None:
             return
         self.dirpath.mkdir(parents=True, exist_ok=True)
         suffix = f".rank={trainer.global_rank}" if trainer.world_size > 1 else ""
-        with open(self.dirpath / f"step={self._step}{suffix}.jsonl", "w") as handle:
-            for row in episodes(trained, self._step):
+        # A step's first micro-batch starts its file (a resumed run writes its steps anew); the others add to it.
+        mode = "a" if self._written_step == self._step else "w"
+        with open(self.dirpath / f"step={self._step}{suffix}.jsonl", mode) as handle:
+            for row in episodes(batch, self._step):
                 handle.write(json.dumps(row) + "\n")
+        self._written_step = self._step
 
 
 def episodes(batch: dict, step: int) -> list[dict]:

@@ -124,6 +124,9 @@ def test_pinned_snapshots_and_the_ewma_match_copies_of_the_model_at_every_step_a
     fit(resumed, 9, tmp_path, ckpt_path=checkpoint)
     assert len(resumed.pi_old_errors) == 3 and max(resumed.pi_old_errors) < 1e-5, resumed.pi_old_errors
     assert max(resumed.ewma_errors) < 1e-5, resumed.ewma_errors
+    for version in restored_snapshots.versions:
+        assert all(t.device.type == "cpu" and t.is_pinned() for t in restored_snapshots.store.get(version).values())
+    assert all(p.device.type == "cuda" for p in restored_ewma.averaged_parameters.values())
 
 
 def test_bf16_storage_holds_each_versions_weights_rounded_once(tmp_path):

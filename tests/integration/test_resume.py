@@ -7,6 +7,7 @@ continued, nothing left behind."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,7 @@ def resume_from(checkpoint: Path) -> str:
 
 def trained_episodes(run_dir: Path) -> list[dict]:
     """Every episode the run trained on (`save_trained_episodes`), batch after batch."""
-    paths = sorted((run_dir / "trained_episodes").glob("step=*.jsonl"), key=lambda path: int(path.stem.split("=")[1]))
+    paths = sorted((run_dir / "trained_episodes").glob("step=*.jsonl"), key=lambda path: int(re.match(r"step=(\d+)", path.name)[1]))
     return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
@@ -71,7 +72,8 @@ def continued_across_the_resume(group: dict, trained: list[dict], resumed_versio
         return 0
     assert len(rows) == len(group["episodes"]), (group["group_id"], len(rows))
     continued = 0
-    for recorded in group["episodes"]:
+    # The longest recordings first: a shorter one (the prompt alone, say) may be a prefix of several rows.
+    for recorded in sorted(group["episodes"], key=lambda episode: -len(episode["token_ids"])):
         n = len(recorded["token_ids"])
         prefix = {
             "input_ids": recorded["token_ids"],

@@ -29,9 +29,9 @@ def test_each_episode_is_one_line_with_its_own_tokens_versions_and_mu(tmp_path):
     short = trajectory(8, [5, 6], [12], [-1.0], [4], 0.0)
     batch = training_batch([long, short], pad_id=0, task_names=(), temperature=1.0, top_k=-1)
     writer, trainer = TrainedEpisodesWriter(tmp_path / "trained_episodes"), SimpleNamespace(global_step=12, global_rank=0, world_size=1)
-    writer.on_train_batch_start(trainer, None, None, 0)
+    writer.on_train_batch_start(trainer, None, None, 0)  # a module that pulls its own batch: none yet
     trainer.global_step = 13  # the optimizer step taken: the file keeps the step the batch was trained at
-    writer.on_train_batch_end(trainer, None, {"loss": torch.tensor(0.0), "batch": batch}, None, 0)
+    writer.on_train_batch_end(trainer, None, torch.tensor(0.0), batch, 0)
 
     lines = (tmp_path / "trained_episodes" / "step=12.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [
@@ -52,7 +52,7 @@ def test_a_mu_that_float32_rounds_comes_back_as_the_batch_holds_it(tmp_path):
     batch = training_batch([episode], pad_id=0, task_names=(), temperature=1.0, top_k=-1)
     writer, trainer = TrainedEpisodesWriter(tmp_path), SimpleNamespace(global_step=0, global_rank=1, world_size=2)
     writer.on_train_batch_start(trainer, None, batch, 0)
-    writer.on_train_batch_end(trainer, None, torch.tensor(0.0), batch, 0)  # a module that takes its batch in the hook
+    writer.on_train_batch_end(trainer, None, torch.tensor(0.0), batch, 0)
     (row,) = [json.loads(line) for line in (tmp_path / "step=0.rank=1.jsonl").read_text().splitlines()]
     assert row["behavior_logprobs"][1] == torch.tensor(-0.1, dtype=torch.float32).item() != -0.1
 
@@ -68,3 +68,48 @@ def test_a_mixture_names_each_episodes_task_and_a_disabled_writer_writes_nothing
         writer.on_train_batch_end(trainer, None, torch.tensor(0.0), batch, 0)
     assert not (tmp_path / "off").exists()
     assert json.loads((tmp_path / "on" / "step=3.jsonl").read_text())["task"] == "desk"
+
+
+def test_the_micro_batches_of_one_step_share_its_file_and_a_rewritten_step_starts_it_anew(tmp_path):
+    first, second = (training_batch([trajectory(g, [1], [2], [-1.0], [0], 0.0)], 0, (), 1.0, -1) for g in (1, 2))
+    writer, trainer = TrainedEpisodesWriter(tmp_path), SimpleNamespace(global_step=5, global_rank=0, world_size=1)
+    for batch in (first, second):  # gradient accumulation: two batches, one optimizer step
+        writer.on_train_batch_start(trainer, None, batch, 0)
+        writer.on_train_batch_end(trainer, None, torch.tensor(0.0), batch, 0)
+    assert [json.loads(line)["group_id"] for line in (tmp_path / "step=5.jsonl").read_text().splitlines()] == [1, 2]
+    resumed = TrainedEpisodesWriter(tmp_path)  # a resumed run trains step 5 again: its file is replaced
+    resumed.on_train_batch_start(trainer, None, second, 0)
+    resumed.on_train_batch_end(trainer, None, torch.tensor(0.0), second, 0)
+    assert [json.loads(line)["group_id"] for line in (tmp_path / "step=5.jsonl").read_text().splitlines()] == [2]
+
+
+def test_a_lightning_fit_that_pulls_its_batch_in_the_step_writes_every_steps_batch(tmp_path):
+    # As AsyncRLModule does: `training_step(dataloader_iter)`; Lightning gives the end hook the batch.
+    import lightning as L
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Batches(IterableDataset):
+        def __iter__(self):
+            for group in range(3):
+                yield training_batch([trajectory(group, [1], [2], [-1.0], [0], 0.0)], 0, (), 1.0, -1)
+
+    class PullsItsBatch(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(()))
+
+        def training_step(self, dataloader_iter):
+            batch, _, _ = next(dataloader_iter)
+            return (self.weight - batch["rewards"].sum()) ** 2
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    writer = TrainedEpisodesWriter(tmp_path / "episodes")
+    trainer = L.Trainer(
+        max_steps=3, callbacks=[writer], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu",
+    )  # fmt: skip
+    trainer.fit(PullsItsBatch(), DataLoader(Batches(), batch_size=None))
+    written = {path.name: json.loads(path.read_text())["group_id"] for path in (tmp_path / "episodes").iterdir()}
+    assert written == {"step=0.jsonl": 0, "step=1.jsonl": 1, "step=2.jsonl": 2}
