@@ -7,6 +7,7 @@ episode kept across a resume was trained with the tokens, versions and mu it was
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +50,14 @@ class TrainedEpisodesWriter(L.Callback):
             return
         self.dirpath.mkdir(parents=True, exist_ok=True)
         suffix = f".rank={trainer.global_rank}" if trainer.world_size > 1 else ""
+        path = self.dirpath / f"step={self._step}{suffix}.jsonl"
         # A step's first micro-batch starts its file (a resumed run writes its steps anew); the others add to it.
-        mode = "a" if self._written_step == self._step else "w"
-        with open(self.dirpath / f"step={self._step}{suffix}.jsonl", mode) as handle:
-            for row in episodes(batch, self._step):
-                handle.write(json.dumps(row) + "\n")
+        kept = path.read_text() if self._written_step == self._step and path.exists() else ""
+        lines = "".join(json.dumps(row) + "\n" for row in episodes(batch, self._step))
+        # Written whole, then renamed: a run killed meanwhile leaves the previous file, never half a line.
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(kept + lines)
+        os.replace(partial, path)
         self._written_step = self._step
 
 
