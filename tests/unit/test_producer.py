@@ -496,15 +496,18 @@ async def finishing_turn(engine, prompt_ids, on_tokens):
 
 
 def continue_group(engines, tokenizer, state: dict, version: int):
-    """A resumed producer on an engine at `version` continues the recorded group: (engine, producer, the group as filed)."""
+    """A resumed producer on an engine at `version` continues the recorded group: (the engine's requests up to
+    the group's filing, producer, the group as filed). The buffer holds one group, so no new group starts
+    (and asks the engine) until the continued one is taken."""
     engine = engines.engine(finishing_turn)
     engine.version = version
-    buffer = RolloutBuffer(capacity=8, max_version_gap=10)
+    buffer = RolloutBuffer(capacity=2, max_version_gap=10)
     producer = engines.producer(engine, buffer, tokenizer, max_concurrent_groups=1)
     producer.resumed_groups = [state]
     producer.start()
     wait_for(lambda: buffer.pending >= 2, "the continued group filed")
-    return engine, producer, buffer.take(1, timeout_s=1)[0]
+    requests = list(engine.requests)
+    return requests, producer, buffer.take(1, timeout_s=1)[0]
 
 
 def test_groups_in_flight_at_a_checkpoint_are_continued_by_the_resumed_producer(engines, tokenizer):
@@ -523,11 +526,11 @@ def test_groups_in_flight_at_a_checkpoint_are_continued_by_the_resumed_producer(
     first.stop()
 
     # The resumed run: its engine at version 5 plays the turn again; the group keeps its id and instance.
-    resumed_engine, second, continued = continue_group(engines, tokenizer, state, version=5)
+    requests, second, continued = continue_group(engines, tokenizer, state, version=5)
     assert [t.group_id for t in continued] == [state["group_id"]] * 2
     for trajectory in continued:
         assert trajectory.token_ids == [BOS, QUESTION, SEMI] and trajectory.versions == [-1, -1, 5]
-    assert resumed_engine.requests[0]["prompt"] == [BOS, QUESTION]
+    assert requests[0]["prompt"] == [BOS, QUESTION]
     assert second.resumed_episodes == 2 and second.resumed_groups == []
 
 
@@ -540,7 +543,7 @@ def test_an_episode_that_had_ended_before_the_checkpoint_is_kept_as_it_was(engin
     waiting.extend_context([BOS, QUESTION])
     waiting.committed = 2
     state = {"group_id": 7, "instance": pickle.dumps(4), "seeds": [1, 2], "episodes": groups_to_state([[ended, waiting]])[0]}
-    engine, _, (first, second) = continue_group(engines, tokenizer, state, version=3)
+    requests, _, (first, second) = continue_group(engines, tokenizer, state, version=3)
     assert (first.token_ids, first.versions, first.reward) == ([BOS, QUESTION, LETTER_A, SEMI], [-1, -1, 2, 2], 0.5)  # not played again
     assert (second.token_ids, second.versions) == ([BOS, QUESTION, SEMI], [-1, -1, 3])
-    assert len(engine.requests) == 1  # only the episode in flight asked the engine
+    assert len(requests) == 1  # only the episode in flight asked the engine
