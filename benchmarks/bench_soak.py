@@ -23,6 +23,7 @@ The samples go to `<out>/rss.csv` and each segment's run to `<out>/segment<N>/`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import os
 import signal
@@ -41,33 +42,35 @@ ENGINE_MARK = "VLLM::EngineCore"
 
 def last_step(run_dir: Path) -> int:
     """The last optimizer step in the run's metrics.csv (-1 before the first)."""
-    path = run_dir / "metrics.csv"
-    if not path.is_file():
-        return -1
-    with open(path, newline="") as handle:
-        steps = [int(row["step"]) for row in csv.DictReader(handle) if row.get("step") and row.get("train/task_success")]
-    return max(steps, default=-1)
+    return max((int(row["step"]) for row in step_rows(run_dir / "metrics.csv")), default=-1)
+
+
+def engine_processes(process: psutil.Process) -> list[psutil.Process]:
+    """The engine-core processes below `process`."""
+    found = []
+    for child in process.children(recursive=True):
+        try:
+            if ENGINE_MARK in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # gone meanwhile
+            pass
+    return found
 
 
 def rss_mb(process: psutil.Process) -> tuple[float, float]:
     """(trainer RSS, summed RSS of its engine processes) in MB."""
-    trainer = process.memory_info().rss / 1e6
     engines = 0.0
-    for child in process.children(recursive=True):
-        try:
-            if ENGINE_MARK in " ".join(child.cmdline()):
-                engines += child.memory_info().rss / 1e6
-        except psutil.Error:
-            pass
-    return trainer, engines
+    for engine in engine_processes(process):
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            engines += engine.memory_info().rss / 1e6
+    return process.memory_info().rss / 1e6, engines
 
 
 def kill_an_engine(process: psutil.Process) -> bool:
-    for child in process.children(recursive=True):
+    for engine in engine_processes(process)[:1]:
         try:
-            if ENGINE_MARK in " ".join(child.cmdline()):
-                child.send_signal(signal.SIGKILL)
-                return True
+            engine.send_signal(signal.SIGKILL)
+            return True
         except psutil.Error:
             pass
     return False
