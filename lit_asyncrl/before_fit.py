@@ -40,12 +40,13 @@ def check_lora_supported(module_lora: LoRASettings, engine_lora: LoRASettings, r
         raise ValueError(
             f"model.lora.rank={module_lora.rank} under trainer.strategy={STRATEGY_NAME}: not supported yet; use trainer.strategy=ddp"
         )
-    # These two score a version's tokens when its weights leave the engine, and with adapters a
-    # turn in flight keeps sampling on its old adapter after that (`rollout/engine_adapters.py`).
+    # These two score a version's tokens when its weights leave the engine; with adapters, a turn
+    # in flight would otherwise keep sampling on its old adapter after that (`rollout/engine_adapters.py`).
     for cls, name in ((InterruptSyncReference, "interrupt_sync"), (DedicatedReference, "dedicated")):
-        if module_lora.serves_adapters and isinstance(reference, cls):
+        if module_lora.serves_adapters and not module_lora.moves_turns and isinstance(reference, cls):
             raise ValueError(
-                f"reference={name} with model.lora.push=adapter: not supported yet; use reference=snapshot (exact) or model.lora.push=merged"
+                f"reference={name} with model.lora.push=adapter needs model.lora.in_flight=move (turns in flight move to "
+                f"the new adapter at a push), got in_flight={module_lora.in_flight}"
             )
 
 

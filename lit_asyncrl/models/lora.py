@@ -19,6 +19,7 @@ from lit_asyncrl.config_keys import config_key
 #: The projections of a Llama- or Qwen-style decoder layer: attention and MLP.
 ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_PUSHES = ("adapter", "merged")
+TURNS_IN_FLIGHT = ("finish", "move")
 #: The ranks vLLM accepts for `max_lora_rank` (its LoRAConfig).
 _VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -36,6 +37,11 @@ class LoRASettings:
         push: how each version reaches the engine: "adapter" (the adapter's tensors only; the
             engine holds one adapter per live version) or "merged" (full weights with the adapter
             folded in, for engines without LoRA support).
+        in_flight: what a turn in flight at a push does with `push="adapter"`: "finish" on the
+            adapter it started with (its tokens all carry that version; the next turn takes the
+            new one) or "move" to the new adapter at the push (its tokens up to the push carry the
+            old version, the rest the new one, as with full weights; the move costs the engine a
+            prefill of the turn so far). interrupt_sync and dedicated need "move".
     """
 
     rank: int = 0
@@ -43,6 +49,7 @@ class LoRASettings:
     target_modules: tuple[str, ...] = ATTENTION_AND_MLP
     dropout: float = 0.0
     push: str = "adapter"
+    in_flight: str = "finish"
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
@@ -55,6 +62,8 @@ class LoRASettings:
             raise ValueError(f"{config_key('model.lora.dropout')} must be in [0, 1), got {self.dropout!r}")
         if self.push not in LORA_PUSHES:
             raise ValueError(f"{config_key('model.lora.push')}={self.push!r}: choose one of {', '.join(LORA_PUSHES)}")
+        if self.in_flight not in TURNS_IN_FLIGHT:
+            raise ValueError(f"{config_key('model.lora.in_flight')}={self.in_flight!r}: choose one of {', '.join(TURNS_IN_FLIGHT)}")
         if self.enabled and not self.target_modules:
             raise ValueError(f"{config_key('model.lora.target_modules')} is empty: name the linear layers that get an adapter")
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
@@ -67,6 +76,11 @@ class LoRASettings:
     def serves_adapters(self) -> bool:
         """Whether the engine takes each version as an adapter (else as full weights)."""
         return self.enabled and self.push == "adapter"
+
+    @property
+    def moves_turns(self) -> bool:
+        """Whether a turn in flight at a push moves to the new adapter (see `in_flight`)."""
+        return self.serves_adapters and self.in_flight == "move"
 
     def engine_max_rank(self) -> int:
         """vLLM's `max_lora_rank` for this adapter: the smallest rank vLLM accepts that holds it."""

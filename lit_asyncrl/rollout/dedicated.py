@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.old_logits import ScoreRequest, attach, collect_unscored
 from lit_asyncrl.rollout.records import Trajectory
 
@@ -31,13 +32,21 @@ class DedicatedScorer:
     Messages: ("weights", version, state_dict) loads a version (no reply); ("score", request_id,
     token_lists, position_lists, temperature, top_k, pad_id) replies (request_id, version, scores,
     seconds). Runs in a process of its own (`DedicatedWorkerProcess`) or in a Ray actor (`DedicatedWorkerActor`).
+    With LoRA adapters as versions (`lora.serves_adapters`) it holds the base model with the
+    adapter, and a version's state dict is the adapter's tensors alone.
     """
 
-    def __init__(self, model_path: str, num_threads: int) -> None:
+    def __init__(self, model_path: str, num_threads: int, lora: LoRASettings = LoRASettings()) -> None:
         from transformers import AutoModelForCausalLM
 
+        from lit_asyncrl.models.lora import add_adapter
+
         torch.set_num_threads(num_threads)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        self.adapter = lora.serves_adapters
+        if self.adapter:
+            self.model = add_adapter(self.model, lora)
+        self.model.eval()  # after the adapter: peft's new layers start in training mode
         self.version: int | None = None
 
     def handle(self, message: tuple) -> tuple | None:
@@ -45,7 +54,14 @@ class DedicatedScorer:
 
         if message[0] == "weights":
             _, self.version, state_dict = message
-            self.model.load_state_dict(state_dict)
+            if self.adapter:
+                from peft import set_peft_model_state_dict
+
+                unexpected = set_peft_model_state_dict(self.model, state_dict).unexpected_keys
+                if unexpected:
+                    raise ValueError(f"the adapter of version {self.version} has tensors the worker's adapter lacks: {unexpected[:3]}")
+            else:
+                self.model.load_state_dict(state_dict)
             return None
         _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
         start = time.perf_counter()
@@ -54,9 +70,9 @@ class DedicatedScorer:
         return (request_id, self.version, scores, time.perf_counter() - start)
 
 
-def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads: int) -> None:
+def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads: int, lora: LoRASettings) -> None:
     """Worker process: handle messages in order until told to stop."""
-    scorer = DedicatedScorer(model_path, num_threads)
+    scorer = DedicatedScorer(model_path, num_threads, lora)
     while True:
         message = inbox.get()
         if message[0] == "stop":
@@ -69,10 +85,10 @@ def _worker_main(model_path: str, inbox: mp.Queue, outbox: mp.Queue, num_threads
 class DedicatedWorkerProcess:
     """The scorer in a spawned process on this machine, reached through two queues."""
 
-    def __init__(self, model_path: str, num_threads: int) -> None:
+    def __init__(self, model_path: str, num_threads: int, lora: LoRASettings = LoRASettings()) -> None:
         context = mp.get_context("spawn")
         self._inbox, self._outbox = context.Queue(), context.Queue()
-        self._process = context.Process(target=_worker_main, args=(model_path, self._inbox, self._outbox, num_threads), daemon=True)
+        self._process = context.Process(target=_worker_main, args=(model_path, self._inbox, self._outbox, num_threads, lora), daemon=True)
         self._process.start()
 
     def send(self, message: tuple) -> None:
@@ -113,9 +129,11 @@ class DedicatedWorker:
         top_k: int,
         pad_id: int,
         num_threads: int = 1,
-        worker_factory: Callable[[str, int], Any] = DedicatedWorkerProcess,
+        lora: LoRASettings = LoRASettings(),
+        worker_factory: Callable[[str, int, LoRASettings], Any] = DedicatedWorkerProcess,
     ) -> None:
         self.model_path, self.num_threads, self.worker_factory = str(model_path), num_threads, worker_factory
+        self.lora = lora
         self.sampling = (temperature, top_k, pad_id)
         self._ids = itertools.count()
         self._waiting: dict[int, tuple[list[ScoreRequest], asyncio.Future | None]] = {}
@@ -127,7 +145,7 @@ class DedicatedWorker:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the worker (`worker_factory`: a process here, or a Ray actor) and its reply reader."""
         self._loop = loop
-        self._worker = self.worker_factory(self.model_path, self.num_threads)
+        self._worker = self.worker_factory(self.model_path, self.num_threads, self.lora)
         self._stopping = False
         self._reader = threading.Thread(target=self._read_replies, name="old-logit-replies", daemon=True)
         self._reader.start()

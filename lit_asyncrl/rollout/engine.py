@@ -3,11 +3,10 @@
 The trainer thread talks to it through thread-safe calls (`run`, `push_weights`); episodes run as
 asyncio tasks inside the engine loop, so many multi-turn episodes stream concurrently.
 
-Weights reach the engine in place: the engine pauses with in-flight requests kept and their KV
-cache cleared, loads the new weights layer-wise (from a safetensors file in /dev/shm, or over
-vLLM's weight-transfer API: `weight_transfer.py`), takes the new version label and resumes. Clearing the cache is
-what makes every token after the resume come from the new weights only, so the version label on a
-token is the version that sampled it (a kept stale KV would mix two versions).
+Weights reach the engine in place: it pauses with in-flight requests kept and their KV cache cleared,
+loads the new weights (from a safetensors file, or over vLLM's weight-transfer API), takes the new
+version label and resumes; with the cache cleared, a token's label is the version that sampled it.
+LoRA adapters as versions: `engine_adapters.py`.
 """
 
 from __future__ import annotations
@@ -227,47 +226,35 @@ class VLLMEngine(EngineLoop):
         visible (e.g. to score it before its version is replaced); the final versions come from
         vLLM's spans in the returned `TurnOutput`.
         """
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
 
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            logprobs=0,
-            stop_token_ids=list(stop_token_ids),
-            ignore_eos=ignore_eos,
-            detokenize=False,
-            output_kind=RequestOutputKind.DELTA,
-        )
-        token_ids: list[int] = []
-        logprobs: list[float] = []
-        final = None
-        adapter = self._adapters.begin() if self._adapters is not None else None
-        stream = self._llm.generate(
-            TokensPrompt(prompt_token_ids=list(prompt_ids)), params, request_id=uuid.uuid4().hex, lora_request=adapter and adapter.request
-        )
-        if self._requests_in_flight == 0:
-            self._progress()  # an idle engine starts its stall clock with the first request
-        self._requests_in_flight += 1
-        try:
-            async for message in stream:
-                self._progress()
-                completion = message.outputs[0]
-                new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
-                token_ids.extend(completion.token_ids)
-                logprobs.extend(new_logprobs)
-                if on_tokens is not None and completion.token_ids:
-                    on_tokens(list(completion.token_ids), new_logprobs)
-                final = completion
-        finally:
-            self._requests_in_flight -= 1
-            if adapter is not None:
-                self._adapters.end(adapter)
-        if adapter is not None:  # the whole request ran under one adapter
-            versions = [adapter.version] * len(token_ids)
+        from lit_asyncrl.rollout.engine_config import sampling_params
+
+        async def stream(prompt: list[int], tokens: int, lora_request: Any, request_id: str) -> tuple[list[int], list[float], Any]:
+            params = sampling_params(tokens, temperature, top_k, stop_token_ids, ignore_eos)
+            token_ids, logprobs, final = [], [], None
+            outputs = self._llm.generate(TokensPrompt(prompt_token_ids=prompt), params, request_id=request_id, lora_request=lora_request)
+            if self._requests_in_flight == 0:
+                self._progress()  # an idle engine starts its stall clock with the first request
+            self._requests_in_flight += 1
+            try:
+                async for message in outputs:
+                    self._progress()
+                    completion = message.outputs[0]
+                    new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
+                    token_ids.extend(completion.token_ids)
+                    logprobs.extend(new_logprobs)
+                    if on_tokens is not None and completion.token_ids:
+                        on_tokens(list(completion.token_ids), new_logprobs)
+                    final = completion
+            finally:
+                self._requests_in_flight -= 1
+            return token_ids, logprobs, final
+
+        if self._adapters is not None:  # each request runs under one adapter (`engine_adapters.py`)
+            token_ids, logprobs, versions, final = await self._adapters.generate(stream, prompt_ids, max_tokens)
         else:
+            token_ids, logprobs, final = await stream(list(prompt_ids), max_tokens, None, uuid.uuid4().hex)
             versions = expand_version_spans(final.weight_versions, len(token_ids), self.version)
         return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
 
@@ -285,6 +272,10 @@ class VLLMEngine(EngineLoop):
             remove = lambda lora_id: asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)  # noqa: E731
             timings = self._adapters.push(state_dict, version, remove)
             self.version = version  # after the adapter is the newest: no token is older than its group's start
+            # A push ends a pause, as with full weights; turns moving to the new adapter move now.
+            if self._paused or self.config.lora.moves_turns:
+                moved = self.run(self._move_turns(resume=self._paused), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+                timings["moved_turns"] = float(moved)
             return timings
         changed = self._changed.select(state_dict)  # what this engine does not hold yet
         if not changed:  # nothing written since the last push: only the label moves
@@ -319,7 +310,7 @@ class VLLMEngine(EngineLoop):
     def weight_sync_client(self) -> EngineWeightSyncClient:
         """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
         return EngineWeightSyncClient(
-            lambda coroutine: self.run(coroutine, timeout_s=self.config.stall_timeout_s, stalled="a weight push"), self._llm
+            lambda step: self.run(step, timeout_s=self.config.stall_timeout_s, stalled="a weight push"), self._llm
         )
 
     def set_version(self, version: int) -> None:
@@ -333,9 +324,18 @@ class VLLMEngine(EngineLoop):
         self.run(self._llm.pause_generation(mode="keep", clear_cache=True), timeout_s=self.config.stall_timeout_s, stalled="a pause")
 
     def resume(self) -> None:
-        self.run(self._llm.resume_generation(), timeout_s=self.config.stall_timeout_s, stalled="a resume")
-        self._paused = False
-        self._progress()
+        self.run(self._move_turns(resume=True), timeout_s=self.config.stall_timeout_s, stalled="a resume")
+
+    async def _move_turns(self, resume: bool) -> int:
+        """Abort the turns moving to the newest adapter before generation resumes (`engine_adapters.py`)."""
+        moving = self._adapters.requests_to_move() if self._adapters is not None else []
+        if moving:
+            await self._llm.abort(moving)
+        if resume:
+            await self._llm.resume_generation()
+            self._paused = False
+            self._progress()
+        return len(moving)
 
     async def _swap_weights(self, path: Path, version: int) -> None:
         self._paused = True

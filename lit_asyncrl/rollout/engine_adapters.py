@@ -2,9 +2,17 @@
 
 A push writes the version's adapter (peft's two files) and makes it the newest; neither the trainer
 nor the engine waits for anything else. Each request is sent with the adapter that is newest when
-it starts and runs under it to its end, so every token of a turn carries that adapter's version
-exactly; a turn in flight at a push finishes on its adapter and the episode's next turn takes the
-new one. The engine core loads an adapter from its files when the first request names it (between
+it starts and runs under it to its end, so every token of a request carries that adapter's version
+exactly. What a turn in flight at a push does (`LoRASettings.in_flight`):
+- "finish": its request runs on to its end on the old adapter; the episode's next turn takes the
+  new one. Nothing is recomputed, but a version's tokens keep coming after its adapter was replaced.
+- "move": at the push its request is aborted (while the engine is paused, so no token comes from
+  the old adapter after that) and the turn goes on as a new request under the new adapter, with
+  the turn's tokens so far appended to the prompt: as with full weights, a version's tokens all
+  exist when its weights leave, which is what interrupt_sync and the dedicated worker need. The
+  price is the engine's prefill of the turn so far, once per turn in flight at each push.
+
+The engine core loads an adapter from its files when the first request names it (between
 two of its steps: measured in `benchmarks/bench_lora_push.py`), so a push does not wait behind the
 engine's steps as `add_lora` would. An adapter leaves the engine (`remove_lora`, not waited for,
 and its files deleted) at a later push, once it is not the newest and no request runs under it.
@@ -20,7 +28,8 @@ import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +48,12 @@ class AdapterUse:
     lora_id: int
     version: int
     request: Any
+    request_id: str = ""
+
+
+#: `stream(prompt_ids, max_tokens, lora_request, request_id) -> (token_ids, logprobs, final output)`:
+#: one engine request, its tokens passed on as they stream.
+Stream = Callable[[list[int], int, Any, str], Awaitable[tuple[list[int], list[float], Any]]]
 
 
 class EngineAdapters:
@@ -54,6 +69,8 @@ class EngineAdapters:
         self._requests: dict[int, Any] = {}  # LoRA id -> vLLM LoRARequest
         self._versions: dict[int, int] = {}  # LoRA id -> weight version
         self._in_flight: collections.Counter[int] = collections.Counter()
+        self._running: dict[str, int] = {}  # request id -> LoRA id
+        self._moved: set[str] = set()  # requests aborted to move their turn to the newest adapter
         self._newest: int | None = None
         self._last_id = 0
         self._lock = threading.Lock()
@@ -89,18 +106,56 @@ class EngineAdapters:
         request = LoRARequest(lora_name=f"v{version}-{self._last_id}", lora_int_id=self._last_id, lora_path=str(folder))
         return request, sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
 
-    def begin(self) -> AdapterUse:
-        """A request starts under the newest adapter."""
+    def begin(self, request_id: str = "") -> AdapterUse:
+        """Request `request_id` starts under the newest adapter."""
         with self._lock:
             if self._newest is None:
                 raise RuntimeError("no adapter pushed yet: push the first version before generating")
             self._in_flight[self._newest] += 1
-            return AdapterUse(self._newest, self._versions[self._newest], self._requests[self._newest])
+            self._running[request_id] = self._newest
+            return AdapterUse(self._newest, self._versions[self._newest], self._requests[self._newest], request_id)
 
     def end(self, use: AdapterUse) -> None:
         """The request `use` was for has ended (its adapter may go at the next push)."""
         with self._lock:
             self._in_flight[use.lora_id] -= 1
+            self._running.pop(use.request_id, None)
+
+    def requests_to_move(self) -> list[str]:
+        """With `in_flight="move"`: the requests running under an adapter other than the newest,
+        marked as moved (the caller aborts them); none with "finish"."""
+        if not self.settings.moves_turns:
+            return []
+        with self._lock:
+            moving = [request_id for request_id, lora_id in self._running.items() if lora_id != self._newest]
+            self._moved.update(moving)
+            return moving
+
+    async def generate(self, stream: Stream, prompt_ids: Sequence[int], max_tokens: int) -> tuple[list[int], list[float], list[int], Any]:
+        """One turn: a request under the newest adapter and, each time a push moves the turn, a
+        request under the new one that continues it. Returns its tokens, mu, versions and vLLM's
+        last output."""
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[int] = []
+        while True:
+            use = self.begin(uuid.uuid4().hex)
+            try:
+                new_ids, new_logprobs, final = await stream(
+                    [*prompt_ids, *token_ids], max_tokens - len(token_ids), use.request, use.request_id
+                )
+            finally:
+                self.end(use)
+            token_ids += new_ids
+            logprobs += new_logprobs
+            versions += [use.version] * len(new_ids)
+            with self._lock:
+                moved = use.request_id in self._moved
+                self._moved.discard(use.request_id)
+            # A request that ended on its own before the abort reached it is not continued.
+            aborted = final is None or final.finish_reason == "abort"
+            if not (moved and aborted and len(token_ids) < max_tokens):
+                return token_ids, logprobs, versions, final
 
     @property
     def resident_versions(self) -> list[int]:

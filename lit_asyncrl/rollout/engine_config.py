@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -124,6 +125,23 @@ def lora_args(config: EngineConfig) -> dict[str, Any]:
         "max_loras": config.max_loras,
         "max_cpu_loras": config.max_loras,
     }
+
+
+def sampling_params(max_tokens: int, temperature: float, top_k: int, stop_token_ids: Sequence[int], ignore_eos: bool) -> Any:
+    """vLLM's sampling parameters of one request: streamed in deltas, token ids only, with mu."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        logprobs=0,
+        stop_token_ids=list(stop_token_ids),
+        ignore_eos=ignore_eos,
+        detokenize=False,
+        output_kind=RequestOutputKind.DELTA,
+    )
 
 
 def weight_sender(config: EngineConfig) -> WeightSender | None:

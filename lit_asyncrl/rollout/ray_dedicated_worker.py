@@ -7,6 +7,7 @@ import collections
 import time
 from typing import Any
 
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.dedicated import DedicatedScorer
 from lit_asyncrl.rollout.ray_placement import RAY_RUNTIME, RayPlacement
 
@@ -19,13 +20,15 @@ class DedicatedWorkerActor:
     replies are read back in the same order.
     """
 
-    def __init__(self, model_path: str, num_threads: int, placement: RayPlacement = RayPlacement()) -> None:
+    def __init__(
+        self, model_path: str, num_threads: int, lora: LoRASettings = LoRASettings(), placement: RayPlacement = RayPlacement()
+    ) -> None:
         import ray
 
         RAY_RUNTIME.acquire(placement.address)
         self._runtime_held = True
         actor_class = ray.remote(DedicatedScorer)
-        self._actor = actor_class.options(num_cpus=placement.num_cpus, num_gpus=placement.num_gpus).remote(model_path, num_threads)
+        self._actor = actor_class.options(num_cpus=placement.num_cpus, num_gpus=placement.num_gpus).remote(model_path, num_threads, lora)
         self._replies: collections.deque = collections.deque()  # refs of score requests, in order
         self._dead: str | None = None
         self._probe: Any = None  # an outstanding liveness check (answered after queued requests)

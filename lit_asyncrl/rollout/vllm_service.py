@@ -168,12 +168,9 @@ class VLLMRolloutService:
         """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
         engine = self.lanes.engine_up(lane, self._version)
         if self._use_dedicated and self.dedicated is None:
+            sampling = {"temperature": self.temperature, "top_k": self.top_k, "pad_id": self.pad_id}
             self.dedicated = DedicatedWorker(
-                self.model_path,
-                temperature=self.temperature,
-                top_k=self.top_k,
-                pad_id=self.pad_id,
-                worker_factory=self.dedicated_worker_factory,
+                self.model_path, **sampling, lora=self.rollout.lora, worker_factory=self.dedicated_worker_factory
             )
             self.dedicated.start(engine.loop)
             self.dedicated.send_weights(self._weights, self._version)
@@ -308,6 +305,8 @@ class VLLMRolloutService:
             timings["write_s"] += pushed["write_s"]
             timings["pause_s"] = max(timings["pause_s"], pushed["pause_s"])
             timings["bytes"] = pushed["bytes"]  # every engine loads the same
+            if "moved_turns" in pushed:  # adapters as versions: turns in flight moved to the new adapter
+                timings["moved_turns"] = timings.get("moved_turns", 0.0) + pushed["moved_turns"]
         return timings
 
     def live_versions(self) -> list[int]:

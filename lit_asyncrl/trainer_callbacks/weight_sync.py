@@ -70,6 +70,8 @@ class EngineWeightSync(ServiceCallback):
             pl_module.log("rollout/engine_pause_s", timings["pause_s"], batch_size=1)
             # What one engine loaded for this version (each engine loads the same).
             pl_module.log("rollout/weight_push_bytes", timings["bytes"], batch_size=1)
+            if "moved_turns" in timings:  # `model.lora.in_flight`
+                pl_module.log("rollout/moved_turns", timings["moved_turns"], batch_size=1)
 
     def _weights(self, pl_module: L.LightningModule) -> Mapping[str, torch.Tensor]:
         return engine_weights(functools.reduce(getattr, self.module_attr.split("."), pl_module), self.lora)

@@ -131,3 +131,105 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
     assert snapshots.num_historical_forwards == 3  # one forward per distinct version
     # The engine's mu matches too (fp32), so each token really was sampled by the version it carries.
     assert (batch["behavior_logprobs"][mask] - truth).abs().max() < 1e-4
+
+
+def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(tiny_model_path):
+    # LoRA adapters as versions with `model.lora.in_flight=move`: at each push the turn in flight
+    # moves to the new adapter, so its tokens carry three versions as with full weights, and the
+    # three exact routes (interruption-sync and the dedicated worker scoring a version's tokens
+    # before its adapter leaves, snapshots of the adapter alone) agree with a forward of the policy
+    # under each token's own adapter, as does the engine's mu: each token was sampled by its version.
+    from peft import set_peft_model_state_dict
+
+    from lit_asyncrl.models.lora import LoRASettings, adapter_weights
+    from lit_asyncrl.rollout.engine import VLLMEngine
+    from lit_asyncrl.rollout.engine_config import EngineConfig
+    from tests.integration.conftest import SMALL_KV_CACHE_BYTES
+    from tests.unit.test_lora import adapted
+
+    settings = LoRASettings(rank=8, in_flight="move")
+    policies = [adapted(tiny_model_path, rank=8, seed=seed) for seed in (1, 2, 3)]
+    adapters = [{name: tensor.clone() for name, tensor in adapter_weights(policy).items()} for policy in policies]
+    live = adapted(tiny_model_path, rank=8, seed=0)  # the trainer's module, given each version's adapter in turn
+    config = EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, lora=settings, max_loras=4)
+    engine = VLLMEngine(tiny_model_path, config)
+    engine.start()
+    dedicated = DedicatedWorker(tiny_model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0, lora=settings)
+    try:
+        snapshots = SnapshotRetention(max_staleness=3)
+
+        def publish(version):
+            set_peft_model_state_dict(live, adapters[version - 1])
+            snapshots.save_version(version, live)  # the adapter only: the base is read from `live`
+            dedicated.send_weights(adapters[version - 1], version)
+            return engine.push_weights(adapters[version - 1], version=version)
+
+        dedicated.start(engine.loop)
+        assert publish(1)["bytes"] == 4 * 2 * 8 * (256 + 192 + 192 + 256 + 384 + 384 + 384)
+        trajectory, dedicated_trajectory = Trajectory(group_id=0), Trajectory(group_id=0)
+        for record in (trajectory, dedicated_trajectory):
+            record.extend_context([1])
+        streamed = threading.Condition()
+
+        def on_tokens(ids, logprobs):
+            for record in (trajectory, dedicated_trajectory):
+                record.extend_policy(ids, logprobs, [engine.version] * len(ids))
+            with streamed:
+                streamed.notify_all()
+
+        pending = asyncio.run_coroutine_threadsafe(
+            engine.generate([1], max_tokens=200, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens), engine.loop
+        )
+        for version in (1, 2):
+            with streamed:
+                assert streamed.wait_for(lambda count=40 * version: len(trajectory.token_ids) - 1 >= count, timeout=60)
+            interrupt_and_score(engine, trajectory, policies[version - 1], version)
+
+            async def submit():
+                dedicated.submit([dedicated_trajectory])
+
+            engine.run(submit())
+            publish(version + 1)  # resumes the engine, moving the turn to the new adapter
+        turn = pending.result(timeout=300)
+        for record in (trajectory, dedicated_trajectory):
+            assert record.set_versions(1, turn.versions) == 0  # no token was scored under a wrong version
+        interrupt_and_score(engine, trajectory, policies[2], 3)
+        engine.resume()
+
+        async def finish_dedicated():
+            future = dedicated.submit([dedicated_trajectory])
+            if future is not None:
+                await future
+            while dedicated.queue_depth:
+                await asyncio.sleep(0.01)
+
+        engine.run(finish_dedicated(), timeout_s=120)
+    finally:
+        dedicated.stop()
+        engine.shutdown()
+
+    assert len(turn.token_ids) == 200 and turn.finish_reason == "length"  # one turn, continued across two moves
+    versions = torch.tensor(trajectory.versions[1:])
+    assert sorted(set(versions.tolist())) == [1, 2, 3]
+    assert versions.diff().ge(0).all()  # a moved turn never goes back to an older adapter
+    batch = collate([trajectory], pad_id=0)
+    ids, mask = batch["input_ids"], batch["loss_mask"]
+    with torch.no_grad():
+        per_version = torch.stack([token_logprobs(policy, ids, batch["attention_mask"], TEMPERATURE)[0] for policy in policies])
+    truth = per_version[batch["versions"][0].clamp(min=1) - 1, torch.arange(ids.shape[1])][mask[0]]
+
+    def score(forward, rows):
+        from lit_asyncrl.scoring import logits_to_token_logprobs
+
+        logits = forward(input_ids=ids[rows], attention_mask=batch["attention_mask"][rows]).logits
+        return logits_to_token_logprobs(logits, ids[rows], TEMPERATURE)
+
+    snapshot_route = snapshots.historical_logprobs(batch["versions"], mask, score, module=live)[mask]
+    interrupt_route = batch["old_logprobs"][mask]
+    dedicated_route = collate([dedicated_trajectory], pad_id=0)["old_logprobs"][mask]
+    assert torch.isfinite(interrupt_route).all() and torch.isfinite(dedicated_route).all()
+    for route in (snapshot_route, interrupt_route, dedicated_route):
+        assert (route - truth).abs().max() < 1e-6
+    other = per_version[(batch["versions"][0] % 3), torch.arange(ids.shape[1])][mask[0]]  # each token under another version
+    assert (other - truth).abs().max() > 1e-2  # so a wrong adapter would show
+    assert (batch["behavior_logprobs"][mask] - truth).abs().max() < 1e-4

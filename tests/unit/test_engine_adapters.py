@@ -57,3 +57,49 @@ def test_the_same_version_pushed_again_gets_a_new_id(tmp_path):
 def test_no_request_starts_before_the_first_adapter(tmp_path):
     with pytest.raises(RuntimeError, match="no adapter pushed yet"):
         EngineAdapters(LoRASettings(rank=8), tmp_path).begin()
+
+
+class Finished:
+    def __init__(self, reason):
+        self.finish_reason = reason
+
+
+def test_a_moved_turn_continues_under_the_new_adapter_with_its_tokens_so_far_in_the_prompt(tmp_path):
+    # The engine's requests stand in: the first is aborted after 3 tokens when a push moves it, the
+    # second continues the turn from the prompt plus those 3 tokens for the 2 tokens left.
+    import asyncio
+
+    adapters, removed = EngineAdapters(LoRASettings(rank=8, in_flight="move"), tmp_path), []
+    push(adapters, removed, version=4)
+    requests = []
+
+    async def stream(prompt, max_tokens, lora_request, request_id):
+        requests.append((prompt, max_tokens, lora_request.lora_int_id))
+        if len(requests) == 1:
+            push(adapters, removed, version=5)
+            assert adapters.requests_to_move() == [request_id]  # the engine aborts it
+            return [7, 8, 9], [-0.1, -0.2, -0.3], Finished("abort")
+        return [10, 11], [-0.4, -0.5], Finished("length")
+
+    token_ids, logprobs, versions, final = asyncio.run(adapters.generate(stream, [1, 2], max_tokens=5))
+    assert requests == [([1, 2], 5, 1), ([1, 2, 7, 8, 9], 2, 2)]
+    assert (token_ids, logprobs, versions) == ([7, 8, 9, 10, 11], [-0.1, -0.2, -0.3, -0.4, -0.5], [4, 4, 4, 5, 5])
+    assert final.finish_reason == "length"
+    assert adapters.requests_to_move() == []  # nothing runs on an old adapter any more
+
+
+def test_with_finish_no_turn_moves_and_an_abort_of_another_cause_ends_the_turn(tmp_path):
+    import asyncio
+
+    adapters, removed = EngineAdapters(LoRASettings(rank=8), tmp_path), []
+    push(adapters, removed, version=0)
+    calls = []
+
+    async def stream(prompt, max_tokens, lora_request, request_id):
+        calls.append(prompt)
+        push(adapters, removed, version=1)
+        assert adapters.requests_to_move() == []  # in_flight="finish": it runs on under version 0
+        return [3], [-1.0], Finished("abort")  # aborted by someone else: not continued
+
+    token_ids, _, versions, final = asyncio.run(adapters.generate(stream, [1], max_tokens=4))
+    assert (calls, token_ids, versions, final.finish_reason) == ([[1]], [3], [0], "abort")

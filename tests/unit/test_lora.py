@@ -120,8 +120,10 @@ def test_combinations_the_engines_cannot_serve_are_refused():
     with pytest.raises(ValueError, match=r"model.lora .* and rollout.lora .* differ"):
         check_lora_supported(adapter, LoRASettings(), SnapshotReference(), strategy=None)
     for reference, name in ((InterruptSyncReference(), "interrupt_sync"), (DedicatedReference(), "dedicated")):
-        with pytest.raises(ValueError, match=f"reference={name} with model.lora.push=adapter: not supported yet"):
+        with pytest.raises(ValueError, match=f"reference={name} with model.lora.push=adapter needs model.lora.in_flight=move"):
             check_lora_supported(adapter, adapter, reference, strategy=None)
+        moving = LoRASettings(rank=8, in_flight="move")
+        check_lora_supported(moving, moving, reference, strategy=None)  # turns in flight move at a push
         check_lora_supported(merged, merged, reference, strategy=None)  # full weights: as without LoRA
     check_lora_supported(adapter, adapter, SnapshotReference(), strategy=None)
     with pytest.raises(ValueError, match="model.lora.rank=8 under trainer.strategy=fsdp2: not supported yet; use trainer.strategy=ddp"):
