@@ -127,7 +127,10 @@ MALFORMED = [
     (["model.lora.rank=8", "model.train_last_layers=1"], "set one of them"),
     # Tied to model.lora in the Hydra config: Hydra refuses to set it alone, naming it.
     (["model.lora.rank=8", "rollout.lora.rank=16"], "Could not override 'rollout.lora.rank'"),
-    (["experiment=interrupt_sync", "model.lora.rank=8"], "reference=interrupt_sync with model.lora.push=adapter needs model.lora.in_flight=move"),
+    (
+        ["experiment=interrupt_sync", "model.lora.rank=8"],
+        "reference=interrupt_sync with model.lora.push=adapter needs model.lora.in_flight=move",
+    ),
     (["experiment=dedicated", "model.lora.rank=8"], "reference=dedicated with model.lora.push=adapter needs model.lora.in_flight=move"),
     (["model.lora.rank=8", "model.lora.in_flight=stay"], "model.lora.in_flight='stay': choose one of finish, move"),
     (["rollout.max_version_gap=-1"], "rollout.max_version_gap"),
