@@ -97,8 +97,13 @@ class RolloutBuffer:
         }
 
     def state_dict(self, keep_pending: bool) -> dict:
-        """What a checkpoint keeps: the counts, and with `keep_pending` the pending groups themselves."""
+        """What a checkpoint keeps: the counts, and with `keep_pending` the pending groups themselves.
+
+        Groups already too stale for the trainer's version are dropped first (the next `take` would
+        drop them): a group filed between a weight publish and the checkpoint can be, and a resume
+        would otherwise put back as pending what it drops at once."""
         with self._condition:
+            self._drop_stale()
             state = {
                 "produced": self.produced,
                 "trained": self.trained,

@@ -23,8 +23,10 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 # PPO-EWMA with beta from the observed staleness window (W / (W + 2)): the window is part of the
 # EWMA's state. Weights reach the engine every second step, so the run trains on stale tokens
 # whatever the timing. Generation outpaces training (8 groups in flight, 2 taken a step) but every
-# answer takes 0.2 s, so at a checkpoint finished groups wait and others are still being generated
-# (without the latency the buffer filled up, and nothing was in flight, at one of the two). Every
+# answer takes 0.1 s, so at a checkpoint finished groups wait and others are still being generated
+# (without the latency the buffer filled up, and nothing was in flight, at one of the two; at 0.2 s
+# one run in three found nothing pending at either; at 0.1 s three runs held 16-20 episodes pending
+# at the second checkpoint, 8 groups in flight at both). Every
 # trained batch's episodes are written out (`save_trained_episodes`) to check the continued ones.
 RUN = [
     "experiment=ppo_ewma",
@@ -33,7 +35,11 @@ RUN = [
     "rollout.groups_per_batch=2",
     "rollout.max_concurrent_groups=8",
     "rollout.buffer_capacity=64",
-    "env.latency_s=0.2",
+    # No group goes stale within the run's 9 steps, so the groups finished at a checkpoint stay
+    # pending there (with the default gap of 3 every one of them was stale at both checkpoints in
+    # one run, and a checkpoint keeps no stale group).
+    "rollout.max_version_gap=9",
+    "env.latency_s=0.1",
     "trainer.num_sanity_val_steps=0",
     "checkpoint_every=2",
     "save_trained_episodes=true",

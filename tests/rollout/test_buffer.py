@@ -155,6 +155,21 @@ def test_pending_groups_kept_by_a_checkpoint_are_trained_after_the_resume(tmp_pa
     assert after.counts()["restored_trained"] == 4
 
 
+def test_a_checkpoint_drops_a_group_filed_too_stale_after_the_last_publish():
+    buffer = RolloutBuffer(capacity=8, max_version_gap=3)
+    buffer.set_trainer_version(6)  # the weight publish of step 6
+    for group_id, versions in enumerate([[[2, 4], [4]], [[3], [4, 5]]]):  # filed after it: oldest v2 (gap 4), v3 (gap 3)
+        buffer.try_reserve(2)
+        buffer.put_group(make_group(group_id, versions), reserved=2)
+    state = buffer.state_dict(keep_pending=True)
+    assert [[episode["group_id"] for episode in group] for group in state["pending_groups"]] == [[1, 1]]
+    assert (state["produced"], state["trained"], state["dropped"], state["pending"]) == (4, 0, {"stale": 2}, 2)
+    resumed = RolloutBuffer(capacity=8, max_version_gap=3)
+    resumed.load_state_dict(state)
+    resumed.set_trainer_version(6)  # the resumed run starts at the checkpoint's version: nothing more to drop
+    assert (resumed.pending, resumed.dropped["stale"], resumed.counts()["restored"]) == (2, 2, 2)
+
+
 def test_a_checkpoint_without_its_pending_groups_counts_them_as_dropped_at_the_restart():
     before = RolloutBuffer(capacity=8, max_version_gap=2)
     before.try_reserve(2)
