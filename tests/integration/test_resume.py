@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]
 # whatever the timing. Generation outpaces training (8 groups in flight, 2 taken a step) but every
 # answer takes 0.1 s, so at a checkpoint finished groups wait and others are still being generated
 # (without the latency the buffer filled up, and nothing was in flight, at one of the two; at 0.2 s
-# one run in three found nothing pending at either; at 0.1 s three runs held 16-20 episodes pending
+# one run of two found nothing pending at either; at 0.1 s three runs held 16-20 episodes pending
 # at the second checkpoint, 8 groups in flight at both). Every
 # trained batch's episodes are written out (`save_trained_episodes`) to check the continued ones.
 RUN = [
