@@ -133,28 +133,42 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
     assert (batch["behavior_logprobs"][mask] - truth).abs().max() < 1e-4
 
 
-def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(tiny_model_path):
+# Per model: the turn's length, the tokens between pushes, and the adapter's bytes by hand (fp32,
+# rank 8, A and B of every targeted projection): the tiny policy (4 layers; q, k, v, o, up, gate,
+# down) and SmolLM2-135M (30 layers of 576 wide, 192 for k and v, 1536 in the MLP).
+ADAPTED_MODELS = {
+    "tiny": (200, 40, 4 * 2 * 8 * (256 + 192 + 192 + 256 + 384 + 384 + 384)),
+    "smollm2_135m": (60, 15, 4 * 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536))),
+}
+
+
+@pytest.mark.parametrize("model_name", ADAPTED_MODELS)
+def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_name, request):
     # LoRA adapters as versions with `model.lora.in_flight=move`: at each push the turn in flight
     # moves to the new adapter, so its tokens carry three versions as with full weights, and the
     # three exact routes (interruption-sync and the dedicated worker scoring a version's tokens
     # before its adapter leaves, snapshots of the adapter alone) agree with a forward of the policy
     # under each token's own adapter, as does the engine's mu: each token was sampled by its version.
+    # On the tiny policy and on the real model.
     from peft import set_peft_model_state_dict
 
+    from lit_asyncrl.models import resolve_model_path
     from lit_asyncrl.models.lora import LoRASettings, adapter_weights
     from lit_asyncrl.rollout.engine import VLLMEngine
     from lit_asyncrl.rollout.engine_config import EngineConfig
     from tests.integration.conftest import SMALL_KV_CACHE_BYTES
     from tests.unit.test_lora import adapted
 
+    model_path = request.getfixturevalue("tiny_model_path") if model_name == "tiny" else resolve_model_path(model_name)
+    turn_tokens, tokens_per_version, adapter_bytes = ADAPTED_MODELS[model_name]
     settings = LoRASettings(rank=8, in_flight="move")
-    policies = [adapted(tiny_model_path, rank=8, seed=seed) for seed in (1, 2, 3)]
+    policies = [adapted(model_path, rank=8, seed=seed) for seed in (1, 2, 3)]
     adapters = [{name: tensor.clone() for name, tensor in adapter_weights(policy).items()} for policy in policies]
-    live = adapted(tiny_model_path, rank=8, seed=0)  # the trainer's module, given each version's adapter in turn
+    live = adapted(model_path, rank=8, seed=0)  # the trainer's module, given each version's adapter in turn
     config = EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, lora=settings, max_loras=4)
-    engine = VLLMEngine(tiny_model_path, config)
+    engine = VLLMEngine(model_path, config)
     engine.start()
-    dedicated = DedicatedWorker(tiny_model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0, lora=settings)
+    dedicated = DedicatedWorker(model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0, lora=settings)
     try:
         snapshots = SnapshotRetention(max_staleness=3)
 
@@ -165,7 +179,7 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(tiny_mod
             return engine.push_weights(adapters[version - 1], version=version)
 
         dedicated.start(engine.loop)
-        assert publish(1)["bytes"] == 4 * 2 * 8 * (256 + 192 + 192 + 256 + 384 + 384 + 384)
+        assert publish(1)["bytes"] == adapter_bytes
         trajectory, dedicated_trajectory = Trajectory(group_id=0), Trajectory(group_id=0)
         for record in (trajectory, dedicated_trajectory):
             record.extend_context([1])
@@ -178,11 +192,11 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(tiny_mod
                 streamed.notify_all()
 
         pending = asyncio.run_coroutine_threadsafe(
-            engine.generate([1], max_tokens=200, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens), engine.loop
+            engine.generate([1], max_tokens=turn_tokens, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens), engine.loop
         )
         for version in (1, 2):
             with streamed:
-                assert streamed.wait_for(lambda count=40 * version: len(trajectory.token_ids) - 1 >= count, timeout=60)
+                assert streamed.wait_for(lambda count=tokens_per_version * version: len(trajectory.token_ids) - 1 >= count, timeout=60)
             interrupt_and_score(engine, trajectory, policies[version - 1], version)
 
             async def submit():
@@ -208,7 +222,7 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(tiny_mod
         dedicated.stop()
         engine.shutdown()
 
-    assert len(turn.token_ids) == 200 and turn.finish_reason == "length"  # one turn, continued across two moves
+    assert len(turn.token_ids) == turn_tokens and turn.finish_reason == "length"  # one turn, continued across two moves
     versions = torch.tensor(trajectory.versions[1:])
     assert sorted(set(versions.tolist())) == [1, 2, 3]
     assert versions.diff().ge(0).all()  # a moved turn never goes back to an older adapter
