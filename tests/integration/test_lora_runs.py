@@ -57,9 +57,20 @@ def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resu
     assert sorted(saved["state_dict"]) == sorted(f"policy.{name}" for name in adapter)
     assert saved["frozen_parameters_from"] == "None"  # the built-in tiny policy (model.path=null)
 
-    run_hydra([*LORA_RUN, "trainer.max_steps=11", f"ckpt_path='{first / 'checkpoints' / 'last.ckpt'}'", f"hydra.run.dir={second}"])
+    resume_probe = f"trainer.callbacks=[{{_target_:tests.integration.resume_probe.ResumeProbe,out_dir:'{tmp_path}/probe'}}]"
+    checkpoint = f"ckpt_path='{first / 'checkpoints' / 'last.ckpt'}'"
+    run_hydra([*LORA_RUN, "trainer.max_steps=11", checkpoint, resume_probe, f"hydra.run.dir={second}"])
     resumed = read_rows(second / "metrics.csv")
     assert [row["step"] for row in resumed] == [8, 9, 10]
+    # Before its first step the resumed run holds the checkpoint's adapter, bit for bit, and the
+    # engine serves it: on a fixed prompt its mu equals the trainer's log-probs (fp32 engine).
+    probe = torch.load(tmp_path / "probe" / "resumed.pt")
+    assert probe["global_step"] == 8 and probe["versions"] == [8] * len(probe["versions"])
+    assert sorted(probe["adapter"]) == sorted(name.removeprefix("policy.") for name in saved["state_dict"])
+    for name, tensor in probe["adapter"].items():
+        assert torch.equal(tensor, saved["state_dict"][f"policy.{name}"]), name
+    assert (probe["engine_logprobs"] - probe["trainer_logprobs"]).abs().max() < 1e-4  # measured 4.8e-7
+    assert (probe["base_logprobs"] - probe["trainer_logprobs"]).abs().max() > 1e-2  # without the adapter: 0.35
     # Every token after the resume is scored exactly: the episodes pending at the checkpoint (trained
     # first) and the answered turns of those in flight (replayed) by the checkpointed snapshots of
     # their versions' adapters, the new tokens by the checkpoint's adapter, which the engine served:
