@@ -62,16 +62,33 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
     return requested
 
 
+EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
+
+
 def weights_for_engine(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The tensors an engine loads: whole (an FSDP shard is gathered), detached, in the engine's dtype."""
+    """The tensors an engine loads: whole (an FSDP shard is gathered), detached, in the engine's dtype.
+
+    A tied embedding travels once, as the head: vLLM's Llama-family loaders write `lm_head.weight`
+    into the parameter the head shares with the embedding and re-pack the head from it, while a
+    reload of the embedding alone leaves the re-packed head as it was (the logits silently wrong).
+    Checked on the real engine for both routes (`test_engine_versions.py`)."""
     from vllm.distributed.weight_transfer.base import materialize_full_tensor
 
-    tensors = {name: materialize_full_tensor(tensor).detach().to(dtype=dtype) for name, tensor in state_dict.items()}
-    # Tied embeddings: vLLM's reload refreshes the embedding but not the re-packed lm_head, so
-    # lm_head.weight is always sent explicitly (otherwise the logits are silently wrong).
-    if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors:
-        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
-    return tensors
+    named = dict(state_dict)
+    if EMBEDDING in named and (HEAD not in named or _same_tensor(named[HEAD], named[EMBEDDING])):
+        named[HEAD] = named.pop(EMBEDDING)
+    return {name: materialize_full_tensor(tensor).detach().to(dtype=dtype) for name, tensor in named.items()}
+
+
+def _same_tensor(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Whether two entries of a state dict are one tied parameter (a state dict lists it under both names)."""
+    from torch.distributed.tensor import DTensor
+
+    if first is second:
+        return True
+    if isinstance(first, DTensor) or isinstance(second, DTensor):  # shards: tied only when one object
+        return False
+    return first.device == second.device and first.data_ptr() == second.data_ptr() and first.shape == second.shape
 
 
 def write_weights_file(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype, directory: Path) -> tuple[Path, int]:

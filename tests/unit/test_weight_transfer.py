@@ -79,15 +79,27 @@ def test_nccl_and_ipc_get_vllms_own_trainer_init_info():
     assert isinstance(ipc, IPCTrainerInitInfo) and ipc.rank == 0
 
 
-def test_the_engine_gets_its_own_dtype_and_a_tied_head_explicitly():
+def test_the_engine_gets_its_own_dtype_and_a_tied_embedding_once_as_the_head():
     embedding = torch.randn(5, 3)
-    tied = weights_for_engine({"model.embed_tokens.weight": embedding, "model.norm.weight": torch.ones(3)}, torch.bfloat16)
-    assert list(tied) == ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
+    # A tied model's state dict names its one tensor twice; it travels once, under the head's name.
+    tied = weights_for_engine(
+        {"model.embed_tokens.weight": embedding, "lm_head.weight": embedding, "model.norm.weight": torch.ones(3)}, torch.bfloat16
+    )
+    assert sorted(tied) == ["lm_head.weight", "model.norm.weight"]
     assert all(tensor.dtype == torch.bfloat16 for tensor in tied.values())
     assert torch.equal(tied["lm_head.weight"], embedding.to(torch.bfloat16))
+    # A state dict without the head (the embedding stands for it) and a view of the same storage.
+    assert list(weights_for_engine({"model.embed_tokens.weight": embedding}, torch.float32)) == ["lm_head.weight"]
+    assert list(weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.view(5, 3)}, torch.float32)) == [
+        "lm_head.weight"
+    ]
     head = torch.randn(5, 3)
     untied = weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": head}, torch.float32)
+    assert sorted(untied) == ["lm_head.weight", "model.embed_tokens.weight"]  # an untied head: both travel
     assert untied["lm_head.weight"].data_ptr() == head.data_ptr()  # same dtype: no copy, and its own head kept
+    assert untied["model.embed_tokens.weight"].data_ptr() == embedding.data_ptr()
+    # Equal values in two storages are two parameters, not a tie.
+    assert len(weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.clone()}, torch.float32)) == 2
 
 
 def test_the_weight_source_declares_what_it_yields():
