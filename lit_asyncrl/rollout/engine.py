@@ -4,9 +4,8 @@ The trainer thread talks to it through thread-safe calls (`run`, `push_weights`)
 asyncio tasks inside the engine loop, so many multi-turn episodes stream concurrently.
 
 Weights reach the engine in place: it pauses with in-flight requests kept and their KV cache cleared,
-loads the new weights (from a safetensors file, or over vLLM's weight-transfer API), takes the new
-version label and resumes; with the cache cleared, a token's label is the version that sampled it.
-LoRA adapters as versions: `engine_adapters.py`.
+loads the new weights (a file, `staged_weights.py`, or vLLM's weight-transfer API), takes the new version
+label and resumes: a token's label is the version that sampled it. Adapters: `engine_adapters.py`.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environm
 from lit_asyncrl.rollout.engine_protocol import EngineLoop, TurnOutput
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, standard_start_method
+from lit_asyncrl.rollout.staged_weights import load_weights_file
 from lit_asyncrl.rollout.temp_dirs import make_weights_dir, run_dir
 from lit_asyncrl.rollout.weight_transfer import EngineWeightSyncClient, expand_version_spans, write_weights_file
 
@@ -263,7 +263,7 @@ class VLLMEngine(EngineLoop):
         """Load `state_dict` into the engine in place and label what follows `version`.
 
         Only the tensors written since this engine's last push travel (`changed_tensors.py`).
-        Returns timings in seconds: `write_s` (trainer side, engine still running) and `pause_s`
+        Returns timings in seconds: `write_s` (the engine still running: written, and staged) and `pause_s`
         (the time the engine stands still: pause -> load -> relabel -> resume), and the `bytes` sent.
         """
         if self._adapters is not None:
@@ -286,11 +286,10 @@ class VLLMEngine(EngineLoop):
         else:
             start = time.perf_counter()
             path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir)
-            written = time.perf_counter()
             kill_if_asked("weight_push", version)
             # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
-            self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
-            timings = {"write_s": written - start, "pause_s": time.perf_counter() - written, "bytes": float(nbytes)}
+            pause_s = self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+            timings = {"write_s": time.perf_counter() - start - pause_s, "pause_s": pause_s, "bytes": float(nbytes)}
         self._changed.sent(state_dict)
         return timings
 
@@ -320,8 +319,11 @@ class VLLMEngine(EngineLoop):
 
     def pause(self) -> None:
         """Freeze generation (in-flight requests kept, KV cleared) until `resume` or a weight push."""
+        self.run(self._pause_generation(), timeout_s=self.config.stall_timeout_s, stalled="a pause")
+
+    async def _pause_generation(self) -> None:
         self._paused = True
-        self.run(self._llm.pause_generation(mode="keep", clear_cache=True), timeout_s=self.config.stall_timeout_s, stalled="a pause")
+        await self._llm.pause_generation(mode="keep", clear_cache=True)
 
     def resume(self) -> None:
         self.run(self._move_turns(resume=True), timeout_s=self.config.stall_timeout_s, stalled="a resume")
@@ -337,14 +339,12 @@ class VLLMEngine(EngineLoop):
             self._progress()
         return len(moving)
 
-    async def _swap_weights(self, path: Path, version: int) -> None:
-        self._paused = True
-        await self._llm.pause_generation(mode="keep", clear_cache=True)
-        try:
-            await self._llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path.parent)})
+    async def _swap_weights(self, path: Path, version: int) -> float:
+        """Load the weights file `path`, label what follows `version`; the seconds from pause to resume."""
+
+        async def label() -> None:
             await self._llm.update_weight_version(str(version))
             self.version = version
-        finally:
-            await self._llm.resume_generation()
-            self._paused = False
-            self._progress()
+
+        staged = self.config.weight_transfer == "staged"
+        return await load_weights_file(self._llm, path, staged, self._pause_generation, label, lambda: self._move_turns(resume=True))

@@ -15,7 +15,7 @@ from lit_asyncrl.rollout.engine_core_exit import FAST_EXIT_VARIABLE
 from lit_asyncrl.rollout.engine_core_fork import START_METHOD_VARIABLE, forked_engine_core_environment
 from lit_asyncrl.rollout.engine_core_semaphores import UNNAMED_LOCKS_VARIABLE
 from lit_asyncrl.rollout.temp_dirs import engine_environment
-from lit_asyncrl.rollout.weight_transfer import WeightSender
+from lit_asyncrl.rollout.weight_transfer import FILE_ROUTES, WeightSender
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,8 +45,9 @@ class EngineConfig:
     #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
-    #: How weights reach the engine (`weight_transfer.py`): "file", or a backend of vLLM's
-    #: weight-transfer API, "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
+    #: How weights reach the engine (`weight_transfer.py`): "file", "staged" (a file prepared while
+    #: the engine generates, `staged_weights.py`), or a backend of vLLM's weight-transfer API,
+    #: "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
     weight_transfer: str = "file"
     #: The policy's LoRA adapter (`model.lora`): with `push="adapter"` each version is an adapter
     #: the engine holds beside the base weights (`engine_adapters.py`), over any `weight_transfer`.
@@ -85,6 +86,10 @@ def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
     return sizes
 
 
+#: vLLM's worker gains the staged push's methods (`collective_rpc("stage_weights", ...)`).
+STAGED_WEIGHTS_EXTENSION = "lit_asyncrl.rollout.staged_weights.StagedWeightsExtension"
+
+
 def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
     """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`."""
     from vllm import AsyncEngineArgs
@@ -107,8 +112,9 @@ def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
         # starting at once in one trainer race for (seen: DuplicateTimeseries, an engine that
         # failed to start in a two-engine run).
         disable_log_stats=True,
-        # The `file` route reloads from disk; every other route is a backend of vLLM's weight-transfer API.
-        weight_transfer_config=None if config.weight_transfer == "file" else WeightTransferConfig(backend=config.weight_transfer),
+        # The file routes read from disk; every other route is a backend of vLLM's weight-transfer API.
+        weight_transfer_config=None if config.weight_transfer in FILE_ROUTES else WeightTransferConfig(backend=config.weight_transfer),
+        worker_extension_cls=STAGED_WEIGHTS_EXTENSION if config.weight_transfer == "staged" else "",
         **parallelism_args(config, device_type),
         **lora_args(config),
     )
@@ -147,7 +153,7 @@ def sampling_params(max_tokens: int, temperature: float, top_k: int, stop_token_
 def weight_sender(config: EngineConfig) -> WeightSender | None:
     """The trainer side of vLLM's weight-transfer API for an engine with `config` (None for the
     `file` route, which needs no sender)."""
-    if config.weight_transfer == "file" or config.serves_adapters:  # adapters go as files
+    if config.weight_transfer in FILE_ROUTES or config.serves_adapters:  # adapters go as files
         return None
     return WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
 

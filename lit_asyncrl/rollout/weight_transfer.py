@@ -23,7 +23,9 @@ import torch
 
 from lit_asyncrl.config_keys import config_key
 
-WEIGHT_TRANSFERS = ("auto", "file", "gloo", "nccl", "ipc")
+WEIGHT_TRANSFERS = ("auto", "file", "staged", "gloo", "nccl", "ipc")
+#: Routes that hand the engine a weights file (`staged`: prepared while it generates, `staged_weights.py`).
+FILE_ROUTES = ("file", "staged")
 _GPU_ONLY = ("nccl", "ipc")
 
 
@@ -44,6 +46,11 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
         if device_type != "cuda":
             return "file"
         return "ipc" if placement == "local" and trainer_processes == 1 else "nccl"
+    if requested == "staged" and (device_type != "cpu" or placement != "local"):
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}=staged packs weights for vLLM's CPU kernels in a local engine "
+            f"(this machine's vLLM platform is {device_type!r}, {config_key('rollout.placement')}={placement}); use file"
+        )
     if requested in _GPU_ONLY and device_type != "cuda":
         raise ValueError(
             f"{config_key('rollout.weight_transfer')}={requested} needs CUDA GPUs (this machine's vLLM platform is {device_type!r}); use gloo or file"

@@ -30,9 +30,10 @@ def head_model_path(request):
     return path
 
 
-@pytest.fixture(scope="module", params=["file", "gloo"])
+@pytest.fixture(scope="module", params=["file", "staged", "gloo"])
 def weight_transfer(request):
-    """Both CPU routes of a weight push: a file the engine reloads, and vLLM's weight-transfer API over gloo."""
+    """The CPU routes of a weight push: a file the engine reloads, a file it prepares while it generates
+    and swaps in (`staged_weights.py`), and vLLM's weight-transfer API over gloo."""
     return request.param
 
 
