@@ -109,7 +109,7 @@ class EngineSettings:
     #: vLLM's parallelism inside each engine (GPUs only): tensor shards and data-parallel replicas.
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
-    #: How each version's weights reach the engines: "auto", "file", "gloo", "nccl" or "ipc"
+    #: How each version's weights reach the engines: "auto", "file", "staged", "gloo", "nccl" or "ipc"
     #: (`lit_asyncrl.rollout.weight_transfer.select_weight_transfer`).
     weight_transfer: str = "auto"
     #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): the

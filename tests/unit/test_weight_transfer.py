@@ -20,6 +20,8 @@ pytestmark = imports_vllm
         ("auto", "cuda", "ray", 1, "nccl"),  # an actor may sit on another GPU or node
         ("file", "cpu", "local", 1, "file"),
         ("file", "cuda", "ray", 4, "file"),
+        ("staged", "cpu", "local", 1, "staged"),
+        ("staged", "cpu", "local", 2, "staged"),  # DDP: rank 0 stages for its engines
         ("gloo", "cuda", "local", 1, "gloo"),
         ("nccl", "cuda", "local", 2, "nccl"),
         ("ipc", "cuda", "local", 1, "ipc"),
@@ -42,7 +44,15 @@ def test_the_route_each_configuration_selects(requested, device, placement, proc
         ("ipc", "cpu", "local", 1, r"rollout.weight_transfer=ipc needs CUDA GPUs"),
         ("ipc", "cuda", "ray", 1, r"with rollout.placement=ray use nccl"),
         ("ipc", "cuda", "local", 2, r"rollout.weight_transfer=ipc with 2 trainer processes: only rank 0 pushes weights here; use nccl"),
-        ("shm", "cpu", "local", 1, r"rollout.weight_transfer='shm': choose one of auto, file, gloo, nccl, ipc"),
+        ("shm", "cpu", "local", 1, r"rollout.weight_transfer='shm': choose one of auto, file, staged, gloo, nccl, ipc"),
+        (
+            "staged",
+            "cuda",
+            "local",
+            1,
+            r"rollout.weight_transfer=staged packs weights for vLLM's CPU kernels in a local engine .*'cuda'.*; use file",
+        ),
+        ("staged", "cpu", "ray", 1, r"rollout.weight_transfer=staged .* rollout.placement=ray\); use file"),
     ],
 )
 def test_impossible_routes_are_refused_naming_the_key(requested, device, placement, processes, message):
