@@ -117,6 +117,8 @@ def test_hydra_entry_fails_fast_on_a_missing_model_path(tmp_path):
 # by `lit_asyncrl.train.build`, which starts nothing, so every refusal comes before any engine.
 MALFORMED = [
     (["loss=decoupled_ppo", "reference=none"], "model.reference"),  # the README sweep's second job
+    (["rollout.push_changed_elements=true"], "rollout.push_changed_elements=true needs rollout.weight_transfer=staged (got file)"),
+    (["rollout.weight_transfer=staged", "rollout.placement=ray"], "rollout.weight_transfer=staged packs weights for vLLM's CPU kernels"),
     (["loss.clip_bounds=[1.2,0.8]"], "clip_bounds"),
     (["loss.clip_bounds=[1.1,1.2]"], "clip_bounds"),  # does not contain 1
     (["loss=decoupled_ppo", "reference=snapshot", "loss.discrepancy_bounds=[0.5,0.9]"], "discrepancy_bounds"),

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
-import os
 import shutil
 import subprocess
 import threading
@@ -28,9 +26,17 @@ import torch
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.kill_points import kill_if_asked
+from lit_asyncrl.rollout.changed_elements import ChangedElements
 from lit_asyncrl.rollout.changed_tensors import ChangedTensors
 from lit_asyncrl.rollout.engine_adapters import EngineAdapters
-from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config, vllm_device_type, weight_sender
+from lit_asyncrl.rollout.engine_config import (
+    EngineConfig,
+    engine_core_environment,
+    set_engine_log_level,
+    vllm_config,
+    vllm_device_type,
+    weight_sender,
+)
 from lit_asyncrl.rollout.engine_protocol import EngineLoop, TurnOutput
 from lit_asyncrl.rollout.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.spawn_environment import spawned_process_environment, standard_start_method
@@ -66,6 +72,7 @@ class VLLMEngine(EngineLoop):
         # With LoRA adapters as versions, each version is an adapter (`engine_adapters.py`).
         self._adapters = EngineAdapters(config.lora, self._weights_dir) if config.serves_adapters else None
         self._changed = ChangedTensors()  # a new engine is pushed everything once, then what changed
+        self._elements = ChangedElements() if config.push_changed_elements else None  # and of those, what changed
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -80,14 +87,7 @@ class VLLMEngine(EngineLoop):
         with work the trainer does meanwhile (the warm start).
         """
         self.version = initial_version
-        # Read by vLLM at import and by its engine process at spawn, so set before either.
-        os.environ["VLLM_LOGGING_LEVEL"] = self.config.log_level.upper()
-        if self.config.log_level.upper() in ("ERROR", "CRITICAL"):
-            # The engine's own process reads these at its start: without them it prints torch's
-            # deprecation FutureWarnings and a NUMA-binding notice under the progress bar.
-            os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
-            os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-        logging.getLogger("vllm").setLevel(self.config.log_level.upper())
+        set_engine_log_level(self.config.log_level)
         standard_start_method()
         # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them
         # and removes the files vLLM made for them (sockets, rendezvous files: `temp_dirs.py`).
@@ -130,9 +130,9 @@ class VLLMEngine(EngineLoop):
     def shutdown(self, startup_timeout_s: float = 300.0) -> None:
         """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice.
 
-        Called while the engine is still starting (e.g. a signal during `start`), it first lets
-        the start finish: vLLM's engine creation cannot be interrupted half-way, and shutting down
-        a half-made engine from its own loop would cancel the start and strand the shutdown.
+        Called while the engine is still starting (e.g. a signal during `start`), it first lets the start finish: vLLM's
+        engine creation cannot be interrupted half-way, and shutting down a half-made engine from its own loop would
+        cancel the start and strand the shutdown.
         """
         llm_ref = weakref.ref(self._llm) if self._llm is not None else None
         try:
@@ -157,9 +157,8 @@ class VLLMEngine(EngineLoop):
             if self._loop is not None and not self._loop.is_running() and not self._loop.is_closed():
                 self._loop.close()
             if llm_ref is not None and llm_ref() is not None:
-                # Still held, by a reference cycle: collect it now (left to interpreter exit, its
-                # __del__ runs against torn-down modules). Usually nothing holds it by now, and a
-                # collection over a trainer's heap costs ~0.5 s.
+                # Still held, by a reference cycle: collect it now (left to interpreter exit, its __del__ runs against
+                # torn-down modules). Usually nothing holds it by now, and a collection over a trainer's heap costs ~0.5 s.
                 gc.collect()
             shutil.rmtree(self._weights_dir, ignore_errors=True)
             stop_reaper(self._reaper)
@@ -285,7 +284,8 @@ class VLLMEngine(EngineLoop):
             timings = self._send_weights(changed, version)
         else:
             start = time.perf_counter()
-            path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir)
+            encode = self._elements.encode if self._elements else None  # only the changed elements
+            path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir, encode)
             kill_if_asked("weight_push", version)
             # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
             pause_s = self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
@@ -346,5 +346,5 @@ class VLLMEngine(EngineLoop):
             await self._llm.update_weight_version(str(version))
             self.version = version
 
-        staged = self.config.weight_transfer == "staged"
-        return await load_weights_file(self._llm, path, staged, self._pause_generation, label, lambda: self._move_turns(resume=True))
+        staged, resume = self.config.weight_transfer == "staged", lambda: self._move_turns(resume=True)
+        return await load_weights_file(self._llm, path, staged, self._pause_generation, label, resume, self._elements is not None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -49,6 +50,9 @@ class EngineConfig:
     #: the engine generates, `staged_weights.py`), or a backend of vLLM's weight-transfer API,
     #: "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
     weight_transfer: str = "file"
+    #: With the staged route: of a full fine-tune's new tensors, send only the elements whose bits
+    #: changed in the engine's dtype (`changed_elements.py`).
+    push_changed_elements: bool = False
     #: The policy's LoRA adapter (`model.lora`): with `push="adapter"` each version is an adapter
     #: the engine holds beside the base weights (`engine_adapters.py`), over any `weight_transfer`.
     lora: LoRASettings = LoRASettings()
@@ -156,6 +160,17 @@ def weight_sender(config: EngineConfig) -> WeightSender | None:
     if config.weight_transfer in FILE_ROUTES or config.serves_adapters:  # adapters go as files
         return None
     return WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
+
+
+def set_engine_log_level(log_level: str) -> None:
+    """vLLM's log level, read by vLLM at import and by its engine process at spawn (so set before either)."""
+    os.environ["VLLM_LOGGING_LEVEL"] = log_level.upper()
+    if log_level.upper() in ("ERROR", "CRITICAL"):
+        # The engine's own process reads these at its start: without them it prints torch's
+        # deprecation FutureWarnings and a NUMA-binding notice under the progress bar.
+        os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    logging.getLogger("vllm").setLevel(log_level.upper())
 
 
 def vllm_device_type() -> str:

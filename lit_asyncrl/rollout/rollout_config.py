@@ -112,6 +112,9 @@ class EngineSettings:
     #: How each version's weights reach the engines: "auto", "file", "staged", "gloo", "nccl" or "ipc"
     #: (`lit_asyncrl.rollout.weight_transfer.select_weight_transfer`).
     weight_transfer: str = "auto"
+    #: With `weight_transfer="staged"`: of a full fine-tune's new tensors, only the elements whose
+    #: bits changed in the engine's dtype travel (`lit_asyncrl.rollout.changed_elements`).
+    push_changed_elements: bool = False
     #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): the
     #: engines then take each version as an adapter (or merged weights, `push: merged`).
     lora: LoRASettings = LoRASettings()
@@ -143,6 +146,7 @@ class EngineSettings:
             tensor_parallel_size=self.tensor_parallel_size,
             data_parallel_size=self.data_parallel_size,
             weight_transfer=weight_transfer,
+            push_changed_elements=self.push_changed_elements,
             lora=self.lora,
             # The versions a request in flight may still run under, and the newest.
             max_loras=self.max_version_gap + 2,

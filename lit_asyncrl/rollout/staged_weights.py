@@ -30,12 +30,15 @@ import torch
 POLL_S = 0.01
 
 
-async def load_weights_file(llm: Any, path: Path, staged: bool, pause: Callable, label: Callable, resume: Callable) -> float:
+async def load_weights_file(
+    llm: Any, path: Path, staged: bool, pause: Callable, label: Callable, resume: Callable, elements: bool
+) -> float:
     """The engine side of a file route: `pause` the engine (`AsyncLLM` `llm`), load the weights file
     `path`, `label` the version and `resume`; staged, the file is prepared first while the engine
-    generates. Returns the seconds the engine stood still."""
+    generates (with `elements`, it may hold changed elements, `changed_elements.py`). Returns the
+    seconds the engine stood still."""
     if staged:
-        await llm.collective_rpc("stage_weights", args=(str(path),))
+        await llm.collective_rpc("stage_weights", args=(str(path), elements))
         while not all(await llm.collective_rpc("staged_weights_ready")):
             await asyncio.sleep(POLL_S)
     started = time.perf_counter()
@@ -54,10 +57,13 @@ async def load_weights_file(llm: Any, path: Path, staged: bool, pause: Callable,
 class StagedWeightsExtension:
     """Methods vLLM adds to its worker (`self.model_runner` is the worker's)."""
 
-    def stage_weights(self, path: str) -> None:
-        """Start preparing the weights file `path` on a thread; the engine goes on generating."""
+    def stage_weights(self, path: str, elements: bool) -> None:
+        """Start preparing the weights file `path` on a thread; the engine goes on generating. With
+        `elements` the engine keeps each tensor it loads, to write later changed elements into."""
         retired, self._retired = getattr(self, "_retired", []), []
-        self._staged = StagedVersion(self.model_runner.get_model(), path, retired)
+        if elements and not hasattr(self, "_held"):
+            self._held: dict[str, torch.Tensor] = {}
+        self._staged = StagedVersion(self.model_runner.get_model(), path, retired, self._held if elements else None)
 
     def staged_weights_ready(self) -> bool:
         """Whether the staging is done (raises what it failed with)."""
@@ -72,13 +78,14 @@ class StagedWeightsExtension:
 class StagedVersion:
     """One version's packed kernels and tensors, prepared on a thread."""
 
-    def __init__(self, model: torch.nn.Module, path: str, retired: list) -> None:
+    def __init__(self, model: torch.nn.Module, path: str, retired: list, held: dict[str, torch.Tensor] | None) -> None:
         """`retired`: what the previous swap replaced, freed on the thread (freeing the weights of a
-        whole model took the pause from 0.04 s to 0.12 s on SmolLM2-135M)."""
+        whole model took the pause from 0.04 s to 0.12 s on SmolLM2-135M); `held`: the engine's own
+        copy of each tensor, when the file may hold changed elements (updated here)."""
         self.kernels: list[tuple[torch.nn.Module, Any]] = []  # (layer, its new packed `cpu_linear`)
         self.tensors: list[tuple[torch.nn.Parameter, torch.Tensor]] = []  # (parameter, its new values)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._stage, args=(model, path, retired), name="staged-weights", daemon=True)
+        self._thread = threading.Thread(target=self._stage, args=(model, path, retired, held), name="staged-weights", daemon=True)
         self._thread.start()
 
     def ready(self) -> bool:
@@ -99,12 +106,17 @@ class StagedVersion:
         self.kernels, self.tensors = [], []
         return replaced
 
-    def _stage(self, model: torch.nn.Module, path: str, retired: list) -> None:
+    def _stage(self, model: torch.nn.Module, path: str, retired: list, held: dict[str, torch.Tensor] | None) -> None:
         retired.clear()
         try:
             from safetensors.torch import load_file
 
-            self._prepare(model, load_file(path))
+            from lit_asyncrl.rollout.changed_elements import decode
+
+            loaded = load_file(path) if held is None else decode(load_file(path), held)
+            self._prepare(model, loaded)
+            if held is not None:
+                held.update(loaded)
         except BaseException as error:  # reported to the trainer by `ready`
             self._error = error
 

@@ -31,7 +31,7 @@ from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.rollout_stats import rollout_stats
 from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
 from lit_asyncrl.rollout.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
-from lit_asyncrl.rollout.weight_transfer import select_weight_transfer, trainer_device_type
+from lit_asyncrl.rollout.weight_transfer import check_changed_elements, select_weight_transfer, trainer_device_type
 from lit_asyncrl.text import pad_token_id
 
 
@@ -95,6 +95,7 @@ class VLLMRolloutService:
 
     def _engine_config(self, trainer_processes: int) -> EngineConfig:
         route = select_weight_transfer(self.rollout.weight_transfer, trainer_device_type(), self.rollout.placement, trainer_processes)
+        check_changed_elements(self.rollout.push_changed_elements, route)
         return self.rollout.engine_config(self.seed, route)
 
     def configure(self, world_size: int, rank: int) -> RolloutService:

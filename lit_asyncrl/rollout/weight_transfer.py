@@ -34,6 +34,15 @@ def trainer_device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_changed_elements(push_changed_elements: bool, route: str) -> None:
+    """Changed elements are written into the engine's own copy of each tensor by the staged push's
+    engine side: refused on any other route, naming both keys."""
+    if push_changed_elements and route != "staged":
+        raise ValueError(
+            f"{config_key('rollout.push_changed_elements')}=true needs {config_key('rollout.weight_transfer')}=staged (got {route})"
+        )
+
+
 def select_weight_transfer(requested: str, device_type: str, placement: str, trainer_processes: int) -> str:
     """The route for `rollout.weight_transfer=requested`, or a ValueError naming what to change.
 
@@ -98,12 +107,15 @@ def _same_tensor(first: torch.Tensor, second: torch.Tensor) -> bool:
     return first.device == second.device and first.data_ptr() == second.data_ptr() and first.shape == second.shape
 
 
-def write_weights_file(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype, directory: Path) -> tuple[Path, int]:
-    """The `file` route's trainer side: the engine's tensors as `model.safetensors` in `directory`
-    (the path and the bytes written)."""
+def write_weights_file(
+    state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype, directory: Path, encode: Callable | None = None
+) -> tuple[Path, int]:
+    """The file routes' trainer side: the engine's tensors as `model.safetensors` in `directory`
+    (the path and the bytes written); `encode` turns them into the file's entries (`changed_elements.py`)."""
     from safetensors.torch import save_file
 
-    tensors = {name: tensor.to("cpu").contiguous().clone() for name, tensor in weights_for_engine(state_dict, dtype).items()}
+    tensors = weights_for_engine(state_dict, dtype)
+    tensors = {name: tensor.to("cpu").contiguous().clone() for name, tensor in (encode(tensors) if encode else tensors).items()}
     path = directory / "model.safetensors"
     save_file(tensors, str(path))
     return path, sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())

@@ -10,9 +10,10 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
 from lit_asyncrl.models.lora import merged_weights
-from lit_asyncrl.rollout.engine_config import engine_core_environment, vllm_config
+from lit_asyncrl.rollout.engine import VLLMEngine
+from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config
 from lit_asyncrl.scoring import token_logprobs
-from tests.integration.conftest import started_engine
+from tests.integration.conftest import SMALL_KV_CACHE_BYTES, started_engine
 from tests.integration.engine_contract import check_engine_contract
 from tests.unit.test_lora import adapted
 
@@ -209,3 +210,29 @@ def test_a_merged_adapter_on_some_projections_reaches_the_engine_whole(head_engi
     assert pushed["bytes"] == 4 * 2 * (128 * 128 + 2 * 64 * 128) == 262_144
     turn = head_engine.run(head_engine.generate([1], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
     assert (trainer_logprobs(policy, [1], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4
+
+
+def test_a_full_fine_tunes_changed_elements_alone_reach_a_staged_engine(tiny_model_path):
+    # `rollout.push_changed_elements`: after the first push, a tensor written in place travels as the
+    # indices and values of the elements whose bits changed, written by the engine into its own copy.
+    config = EngineConfig(
+        dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, weight_transfer="staged", push_changed_elements=True
+    )
+    engine = VLLMEngine(tiny_model_path, config)
+    engine.start()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+        parameters = {id(p): p for p in model.parameters()}.values()  # the tied embedding once
+        assert engine.push_weights(model.state_dict(), version=1)["bytes"] == 4 * sum(p.numel() for p in parameters)
+        with torch.no_grad():  # in place, as an optimizer step writes: 10 of the final norm's 128, 20 of the embedding's
+            model.model.norm.weight[:10] += 1.0
+            model.model.embed_tokens.weight[3, :20] += 0.5
+        pushed = engine.push_weights(model.state_dict(), version=2)
+        assert pushed["bytes"] == (10 + 20) * (4 + 4)  # an int32 index and an fp32 value each
+        turn = engine.run(engine.generate([1, 3], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
+        assert turn.versions == [2] * 40
+        assert (trainer_logprobs(model, [1, 3], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+        assert (trainer_logprobs(base, [1, 3], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() > 1e-2  # the change arrived
+    finally:
+        engine.shutdown()
