@@ -3,7 +3,8 @@
 What the producer, the episode runner and the rollout service rely on: `run` reaches the engine's
 loop; a turn comes back with one mu and one version per token, all of the engine's version; a
 pause freezes a request in flight and `resume` lets it finish; a push makes the next tokens carry
-the new version; `dead_reason` is None while the engine is healthy.
+the new version, and a push of weights not written since sends nothing; `dead_reason` is None while
+the engine is healthy.
 """
 
 import asyncio
@@ -58,3 +59,8 @@ def check_engine_contract(engine: Engine, weights: dict) -> None:
     assert engine.version == version + 1
     turn = engine.run(engine.generate([1], max_tokens=4, temperature=1.0, ignore_eos=True), timeout_s=60)
     assert turn.versions == [version + 1] * 4
+    # Nothing written since: nothing travels, and only the label moves.
+    again = engine.push_weights(weights, version + 2)
+    assert again["bytes"] == 0.0 and engine.version == version + 2
+    turn = engine.run(engine.generate([1], max_tokens=4, temperature=1.0, ignore_eos=True), timeout_s=60)
+    assert turn.versions == [version + 2] * 4

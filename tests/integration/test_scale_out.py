@@ -218,7 +218,9 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
     # token's own version equals the fp32 engines' mu only if each engine labels its tokens with the
     # version that really sampled them (a wrong label shows ~1e-2 or more): on both ranks, every step.
     # The versions reach the engines over vLLM's weight-transfer API (gloo), so this also holds
-    # only if every tensor of every push arrived exactly.
+    # only if every tensor of every push arrived exactly. Only the last layer and the final norm
+    # train: after the first push each engine is sent those alone, and the frozen rest it holds
+    # serves every version.
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
     run_hydra(
         [
@@ -226,6 +228,7 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
             "fidelity=true",
             "rollout.num_engines=2",
             "rollout.weight_transfer=gloo",
+            "model.train_last_layers=1",
             "trainer.devices=2",
             "trainer.strategy=ddp",
             *STALE_RUN,
@@ -247,6 +250,11 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
     for row in (row for row in rows if "rollout/produced" in row):
         assert_accounting_holds(row)
     assert_both_engines_generated(rows, steps=8)
+    # Layer 1 of the tiny policy (q, k, v, o, gate, up, down, the q/k norms, the two layer norms) and
+    # the final norm, fp32: what each engine received per version.
+    trained_bytes = 4 * (128 * 128 + 2 * 64 * 128 + 128 * 128 + 3 * 256 * 128 + 64 + 64 + 128 + 128 + 128)
+    assert trained_bytes == 591_872
+    assert [row["rollout/weight_push_bytes"] for row in rows if "rollout/weight_push_bytes" in row] == [trained_bytes] * 8
 
 
 @one_ray_test_at_a_time
