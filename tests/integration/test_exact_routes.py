@@ -27,6 +27,19 @@ def perturbed(model, seed):
     return copy
 
 
+async def prompt_logprobs(engine, adapter, token_ids):
+    """The engine's log-prob of each token of `token_ids` after its prefix, under `adapter` (a new LoRA id
+    of the engine's), from vLLM's prompt log-probs: what the engine itself gives as an adapter's pi."""
+    from vllm import SamplingParams
+
+    request, _ = engine._adapters.write(adapter, version=0)
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
+    final = None
+    async for output in engine._llm.generate({"prompt_token_ids": token_ids}, params, f"score-{request.lora_int_id}", lora_request=request):
+        final = output
+    return [entry[token].logprob for entry, token in zip(final.prompt_logprobs[1:], token_ids[1:])]
+
+
 def interrupt_and_score(engine, trajectory, model, version):
     """The interruption-sync route by hand: pause, score what lacks pi_old with `model`, attach."""
     engine.pause()
@@ -218,6 +231,10 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
                 await asyncio.sleep(0.01)
 
         engine.run(finish_dedicated(), timeout_s=120)
+        # The engine scoring the finished turn under each version's adapter again (prompt log-probs,
+        # which vLLM computes before temperature: compared at temperature 1 below).
+        sequence = [1, *turn.token_ids]
+        engine_scored = [engine.run(prompt_logprobs(engine, adapter, sequence), timeout_s=120) for adapter in adapters]
     finally:
         dedicated.stop()
         engine.shutdown()
@@ -247,3 +264,10 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     other = per_version[(batch["versions"][0] % 3), torch.arange(ids.shape[1])][mask[0]]  # each token under another version
     assert (other - truth).abs().max() > 1e-2  # so a wrong adapter would show
     assert (batch["behavior_logprobs"][mask] - truth).abs().max() < 1e-4
+    # The engine's own scores under an older adapter equal the trainer's under it, at temperature 1:
+    # a route to pi_old with no trainer-side forward, not wired as a reference (docs/models.md says why).
+    with torch.no_grad():
+        at_one = torch.stack([token_logprobs(policy, ids, batch["attention_mask"], 1.0)[0] for policy in policies])
+    for version in (1, 2, 3):
+        assert (torch.tensor(engine_scored[version - 1]) - at_one[version - 1, 1:]).abs().max() < 1e-4
+    assert (torch.tensor(engine_scored[0]) - at_one[1, 1:]).abs().max() > 1e-2  # another adapter's scores differ
