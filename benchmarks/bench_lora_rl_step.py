@@ -14,15 +14,13 @@ push and the engine's pause, the bytes pushed, the snapshots' resident memory, a
 from __future__ import annotations
 
 import argparse
-import csv
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from hydra_runs import median, run_steps
+
 WAYS = {"LoRA rank 8": "smollm2_lora", "last 2 layers": "smollm2_arithmetic"}
 KEYS = {
     "step s": "train/step_s",
@@ -31,26 +29,6 @@ KEYS = {
     "MB pushed": "rollout/weight_push_bytes",
     "snapshots MiB": "snapshot/resident_gb",  # logged in GiB
 }
-
-
-def run(experiment: str, steps: int, out_dir: Path) -> list[dict[str, float]]:
-    command = [
-        sys.executable,
-        "-m",
-        "lit_asyncrl.train",
-        f"experiment={experiment}",
-        f"trainer.max_steps={steps}",
-        f"hydra.run.dir={out_dir}",
-    ]
-    subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
-    with open(out_dir / "metrics.csv", newline="") as handle:
-        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
-    return [row for row in rows if "train/step_s" in row]
-
-
-def median(rows: list[dict[str, float]], key: str, skip: int) -> float:
-    values = [row[key] for row in rows[skip:] if key in row]
-    return statistics.median(values) if values else float("nan")
 
 
 def main() -> None:
@@ -62,7 +40,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as root:
         for name, experiment in WAYS.items():
-            results[name] = run(experiment, args.steps, Path(root) / experiment)
+            results[name] = run_steps([f"experiment={experiment}", f"trainer.max_steps={args.steps}"], Path(root) / experiment)
             print(f"ran {name}: {len(results[name])} steps", file=sys.stderr)
     print(f"medians over steps {args.skip}..{args.steps - 1}")
     print(f"| trained | {' | '.join(KEYS)} |")

@@ -12,14 +12,12 @@ miniature, on the tiny policy and 2 CPU cores.
 from __future__ import annotations
 
 import argparse
-import csv
-import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from hydra_runs import median, run_steps
+
 ROUTES = {
     "none (ppo_clip_train_infer)": "ppo_clip_train_infer",
     "async_recompute": "decoupled_async",
@@ -38,25 +36,7 @@ RUN = [
 
 
 def run_route(experiment: str, steps: int, out_dir: Path) -> list[dict[str, float]]:
-    command = [
-        sys.executable,
-        "-m",
-        "lit_asyncrl.train",
-        f"experiment={experiment}",
-        f"trainer.max_steps={steps}",
-        f"hydra.run.dir={out_dir}",
-        "checkpoint_every=1000000",
-        *RUN,
-    ]
-    subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True)
-    with open(out_dir / "metrics.csv", newline="") as handle:
-        rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
-    return [row for row in rows if "train/task_success" in row]
-
-
-def median(rows: list[dict[str, float]], key: str, skip: int) -> float:
-    values = [row[key] for row in rows[skip:] if key in row]
-    return statistics.median(values) if values else float("nan")
+    return run_steps([f"experiment={experiment}", f"trainer.max_steps={steps}", "checkpoint_every=1000000", *RUN], out_dir)
 
 
 def main() -> None:
