@@ -29,7 +29,7 @@ class ChangedElements:
     def encode(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The entries of a weights file for `tensors` (already in the engine's dtype): whole, or as
         `<name>.changed_index` and `<name>.changed_values`. From then on the engine counts as holding
-        `tensors`: a push that fails ends the engine (a replacement starts with a new record)."""
+        `tensors`: a push that fails raises, and the run ends with it (a new engine starts a new record)."""
         entries: dict[str, torch.Tensor] = {}
         for name, tensor in tensors.items():
             tensor = tensor.detach().to("cpu")
