@@ -32,7 +32,7 @@ def _compiled_runs_eagerly() -> bool:
     return not _traced_graphs
 
 
-def _child(report: str) -> None:
+def _child(report: str, parent_frozen: int) -> None:
     # multiprocessing has run the after-fork hooks by now, as it does before vLLM's engine core runs.
     library = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libc10.so"))
     with warnings.catch_warnings(record=True) as caught:
@@ -44,10 +44,11 @@ def _child(report: str) -> None:
         len(caught),
         ctypes.c_int.in_dll(library, "FLAGS_caffe2_log_level").value,
     ]
-    # The parent's objects, frozen, and kept so through vLLM's unfreeze at shutdown.
+    # The parent's objects frozen here (beyond what the parent had frozen itself, as a pytest worker
+    # does after collection), and kept so through vLLM's unfreeze at shutdown.
     frozen = gc.get_freeze_count()
     gc.unfreeze()
-    seen += [frozen > 0, gc.get_freeze_count() == frozen]
+    seen += [frozen > parent_frozen, frozen > 0 and gc.get_freeze_count() == frozen]
     Path(report).write_text(json.dumps(seen))
 
 
@@ -59,7 +60,7 @@ def _run_forked(tmp_path: Path, monkeypatch, name: str, environment: dict[str, s
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # the trainer's pool, which the child must not keep
     try:
-        process = multiprocessing.get_context("fork").Process(target=_child, args=(str(report),), name=name)
+        process = multiprocessing.get_context("fork").Process(target=_child, args=(str(report), gc.get_freeze_count()), name=name)
         process.start()
         process.join(60)
     finally:
