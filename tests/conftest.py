@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import sys
@@ -154,13 +155,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _exit_without_finalizing() -> None:
-    """An xdist worker ends here, once it has sent its last report and run every other unconfigure hook.
+    """An xdist worker ends here, once it has sent its last report and run every other unconfigure hook:
+    its exit handlers run (they remove what the process made, such as multiprocessing's temp dir),
+    then the process ends without Python's finalization.
 
-    Python's finalization of a process that imported torch, transformers and vLLM (freeing every
-    module and object) takes 1.4 s on its own, and the controller waits for both workers' processes
-    to end before it reports: measured 4.0 s between the workers' last test and the session's end
-    in `make test-fast`. Nothing that finalization does is observed: a worker's files are pytest's,
-    and the session's own check of /tmp and /dev/shm runs in the controller afterwards."""
+    That finalization (freeing every module and object of a process that imported torch,
+    transformers and vLLM) takes 1.4 s on its own, and the controller waits for both workers'
+    processes to end before it reports: measured 4.0 s between the workers' last test and the
+    session's end in `make test-fast`. The session's own check of /tmp and /dev/shm still runs after."""
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

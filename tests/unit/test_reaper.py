@@ -45,11 +45,19 @@ def test_only_the_dirs_of_the_named_owners_are_removed(tmp_path, monkeypatch):
     assert [path.exists() for path in paths] == [False, False, True]
 
 
-def test_the_reaper_kills_what_a_killed_trainer_started_and_removes_its_paths(tmp_path):
-    # A stand-in trainer: starts a reaper for a path, then a long-running child, then waits.
+def test_the_reapers_of_sigkilled_trainers_kill_what_they_started_and_remove_their_paths(tmp_path):
+    """Three stand-in trainers, SIGKILLed together once their reapers have polled (one wait for all three):
+
+    - one starts a reaper for a path, then a long-running child: the child is killed, the path removed;
+    - one has four reapers, as a trainer has one for its run dir and one per engine. Each records the
+      trainer's children, the other reapers among them: the first to see the trainer gone must not
+      kill the others before they removed their paths (a reaper that killed the rest would leave three);
+    - one holds a spawn-context lock, a named semaphore in /dev/shm (sem.mp-*) that multiprocessing's
+      resource tracker unlinks once the processes holding its pipe are gone: the reaper spares the tracker.
+    """
     marker = tmp_path / "weights"
     marker.mkdir()
-    trainer_code = f"""
+    with_child = f"""
 import subprocess, sys, time
 from lit_asyncrl.rollout.reaper import start_reaper
 start_reaper([{str(marker)!r}])
@@ -57,27 +65,10 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 print(child.pid, flush=True)
 time.sleep(600)
 """
-    trainer = subprocess.Popen([sys.executable, "-c", trainer_code], stdout=subprocess.PIPE, text=True)
-    child_pid = int(trainer.stdout.readline())
-    time.sleep(1.5)  # the reaper has recorded the child (it polls every 0.5 s)
-    os.kill(trainer.pid, signal.SIGKILL)
-    trainer.wait()
-    deadline = time.monotonic() + 10
-    while (Path(f"/proc/{child_pid}").exists() or marker.exists()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    state = Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{child_pid}").exists() else "gone"
-    assert state in ("gone", "Z")  # killed (a zombie until init reaps it)
-    assert not marker.exists()
-
-
-def test_every_reaper_of_a_killed_trainer_removes_its_own_paths(tmp_path):
-    # A trainer has a reaper for its run dir and one per engine. Each records the trainer's children,
-    # the other reapers among them: the first to see the trainer gone must not kill the others before
-    # they removed their paths. Four reapers, so a reaper that kills the rest would leave three paths.
     paths = [tmp_path / f"engine_{index}" for index in range(4)]
     for path in paths:
         path.mkdir()
-    trainer_code = f"""
+    with_four_reapers = f"""
 import time
 from lit_asyncrl.rollout.reaper import start_reaper
 for path in {[str(path) for path in paths]!r}:
@@ -85,15 +76,44 @@ for path in {[str(path) for path in paths]!r}:
 print("ready", flush=True)
 time.sleep(600)
 """
-    trainer = subprocess.Popen([sys.executable, "-c", trainer_code], stdout=subprocess.PIPE, text=True)
-    assert trainer.stdout.readline().strip() == "ready"
-    time.sleep(1.5)  # every reaper has recorded the others (they poll every 0.5 s)
-    os.kill(trainer.pid, signal.SIGKILL)
-    trainer.wait()
+    script = tmp_path / "trainer_with_lock.py"
+    script.write_text(
+        """
+import multiprocessing, os, sys, time
+from lit_asyncrl.rollout.reaper import start_reaper
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    lock = context.Lock()
+    start_reaper([])
+    child = context.Process(target=time.sleep, args=(600,))
+    child.start()
+    print(lock._semlock.name, flush=True)
+    time.sleep(600)
+"""
+    )
+    trainers = [
+        subprocess.Popen([sys.executable, "-c", with_child], stdout=subprocess.PIPE, text=True),
+        subprocess.Popen([sys.executable, "-c", with_four_reapers], stdout=subprocess.PIPE, text=True),
+        subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True),
+    ]
+    child_pid = int(trainers[0].stdout.readline())
+    assert trainers[1].stdout.readline().strip() == "ready"
+    semaphore = Path("/dev/shm") / f"sem.{trainers[2].stdout.readline().strip().lstrip('/')}"
+    assert semaphore.exists()
+    time.sleep(1.5)  # every reaper has recorded its trainer's children (they poll every 0.5 s)
+    for trainer in trainers:
+        os.kill(trainer.pid, signal.SIGKILL)
+        trainer.wait()
     deadline = time.monotonic() + 10
-    while any(path.exists() for path in paths) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        Path(f"/proc/{child_pid}").exists() or marker.exists() or any(path.exists() for path in paths) or semaphore.exists()
+    ):
         time.sleep(0.1)
+    state = Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{child_pid}").exists() else "gone"
+    assert state in ("gone", "Z")  # killed (a zombie until init reaps it)
+    assert not marker.exists()
     assert [path.name for path in paths if path.exists()] == []
+    assert not semaphore.exists()
 
 
 def test_a_run_dir_takes_vllms_ipc_paths_and_the_temp_dir_and_goes_at_exit():
@@ -112,35 +132,6 @@ print(made, tempfile.gettempdir(), environment["VLLM_RPC_BASE_PATH"], environmen
     assert pointed == [made, made, made, made]
     assert not Path(made).exists()  # removed when the process exited
     assert result.stderr == ""  # after multiprocessing's own dir in it: no traceback from its removal
-
-
-def test_a_sigkilled_trainers_named_semaphores_are_unlinked(tmp_path):
-    # multiprocessing's spawn-context locks are named semaphores in /dev/shm (sem.mp-*), unlinked by
-    # the resource tracker once the processes holding its pipe are gone: the reaper spares it.
-    trainer_code = """
-import multiprocessing, os, sys, time
-from lit_asyncrl.rollout.reaper import start_reaper
-if __name__ == "__main__":
-    context = multiprocessing.get_context("spawn")
-    lock = context.Lock()
-    start_reaper([])
-    child = context.Process(target=time.sleep, args=(600,))
-    child.start()
-    print(lock._semlock.name, flush=True)
-    time.sleep(600)
-"""
-    script = tmp_path / "trainer.py"
-    script.write_text(trainer_code)
-    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    semaphore = Path("/dev/shm") / f"sem.{trainer.stdout.readline().strip().lstrip('/')}"
-    assert semaphore.exists()
-    time.sleep(1.5)  # the reaper has recorded the child and the tracker
-    os.kill(trainer.pid, signal.SIGKILL)
-    trainer.wait()
-    deadline = time.monotonic() + 10
-    while semaphore.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not semaphore.exists()
 
 
 def test_a_process_killed_after_its_shutdown_removes_its_run_dir_first():
