@@ -3,7 +3,7 @@
 A model is trained with AdamW on next-token loss over random tokens (the update's size is what matters,
 not the task); after each optimizer step its state dict is pushed to two real vLLM engines on the staged
 route (`rollout.weight_transfer=staged`), one sending whole tensors, the other only the elements whose
-bits changed in the engine's dtype (`lit_asyncrl/rollout/changed_elements.py`), in alternating order.
+bits changed in the engine's dtype (`lit_asyncrl/rollout/weights/changed_elements.py`), in alternating order.
 After the pushes a short turn from each engine is scored by the trainer at the new version: the largest
 |mu - log pi| shows that both engines serve the trained weights. Printed per learning rate and route:
 medians over the steps after the first (AdamW's first step is larger than its steady state) of the bytes
@@ -25,8 +25,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
 
 ROUTES = {"whole tensors": False, "changed elements": True}

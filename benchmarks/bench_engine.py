@@ -1,7 +1,7 @@
 """The engine's start and its generation beside a training load, for three ways to run the CPU engine:
 
 - forked: the worker inside the engine-core process, forked from this one (this library's default
-  on CPU, `rollout/engine_core_fork.py`);
+  on CPU, `rollout/processes/core_fork.py`);
 - spawned: the same, spawned (`VLLM_WORKER_MULTIPROC_METHOD=spawn`), so it imports vLLM, torch and
   this script's imports again;
 - separate: vLLM's CPU default, a spawned engine core with a second spawned worker process.
@@ -29,8 +29,8 @@ import time
 import torch
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 REQUESTS, TOKENS = 128, 64
 

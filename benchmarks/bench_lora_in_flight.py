@@ -22,8 +22,8 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import TURNS_IN_FLIGHT, LoRASettings, adapter_weights, add_adapter
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 
 def one_round(engine: VLLMEngine, adapter: dict, version: int, turns: int, tokens: int, push_every_s: float) -> dict:

@@ -29,8 +29,8 @@ from transformers import AutoModelForCausalLM
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, adapter_weights, add_adapter, engine_weights
 from lit_asyncrl.module import freeze_all_but_last_layers
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 PUSHES = ("adapter", "merged")
 

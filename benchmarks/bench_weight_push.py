@@ -32,8 +32,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy, resolve_model_path
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 TARGET = 2.0
 ROUTES = ("file", "staged", "gloo")

@@ -13,7 +13,7 @@ from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.fsdp import check_reference_supported
 from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
-from lit_asyncrl.rollout.distributed import check_batch_splits
+from lit_asyncrl.rollout.serving.distributed import check_batch_splits
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
 
 
@@ -41,7 +41,7 @@ def check_lora_supported(module_lora: LoRASettings, engine_lora: LoRASettings, r
             f"model.lora.rank={module_lora.rank} under trainer.strategy={STRATEGY_NAME}: not supported yet; use trainer.strategy=ddp"
         )
     # These two score a version's tokens when its weights leave the engine; with adapters, a turn
-    # in flight would otherwise keep sampling on its old adapter after that (`rollout/engine_adapters.py`).
+    # in flight would otherwise keep sampling on its old adapter after that (`rollout/weights/adapters.py`).
     for cls, name in ((InterruptSyncReference, "interrupt_sync"), (DedicatedReference, "dedicated")):
         if module_lora.serves_adapters and not module_lora.moves_turns and isinstance(reference, cls):
             raise ValueError(

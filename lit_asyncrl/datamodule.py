@@ -11,9 +11,9 @@ from lit_asyncrl.envs import Environment, GuessNumberEnv
 from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.instances import held_out_instances
-from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.service import RolloutService, ServiceFactory
+from lit_asyncrl.rollout.serving.instances import held_out_instances
+from lit_asyncrl.rollout.settings import RolloutConfig
 from lit_asyncrl.rollout.vllm_service_factory import VLLMServiceFactory
 
 

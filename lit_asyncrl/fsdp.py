@@ -7,7 +7,7 @@ with every process in one data-parallel group and no tensor parallelism, registe
 accepts GPUs only.
 
 Each parameter is then a DTensor holding this rank's shard. What reads whole weights gathers them
-on every rank in the same order (a collective): the weight push (`rollout/distributed.py`,
+on every rank in the same order (a collective): the weight push (`rollout/serving/distributed.py`,
 `whole_tensors`) and Lightning's checkpoint (one full file, as without sharding).
 """
 

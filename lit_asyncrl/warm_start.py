@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from lit_asyncrl.envs.base import Environment, call_blocking
 from lit_asyncrl.progress_bar import stream_progress_bar
-from lit_asyncrl.rollout.episode_format import EpisodeFormat
-from lit_asyncrl.rollout.format_for_task import episode_formats_for
-from lit_asyncrl.rollout.instances import training_instance
+from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
+from lit_asyncrl.rollout.episodes.formats import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory, collate
+from lit_asyncrl.rollout.serving.instances import training_instance
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.text import pad_token_id
 

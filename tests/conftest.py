@@ -23,6 +23,9 @@ import pytest
 from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
 from tests.leftovers import left_behind, listing
 
+# The tiny policy's `model_path` and `tokenizer` fixtures, for every test folder.
+pytest_plugins = ["tests.support.tiny_policy"]
+
 # Test modules import lightning before lit_asyncrl, and importing lightning makes torch's compile
 # cache dir (in /tmp unless told otherwise); lit_asyncrl's entry points set this themselves.
 keep_torch_compile_cache_here()

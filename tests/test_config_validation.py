@@ -10,7 +10,7 @@ import pytest
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.losses import DecoupledPPO
 from lit_asyncrl.module import AsyncRLModule
-from lit_asyncrl.rollout.rollout_config import RolloutConfig
+from lit_asyncrl.rollout.settings import RolloutConfig
 
 
 def test_datamodule_rejects_a_missing_model_before_the_engine():
@@ -78,7 +78,7 @@ def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_
     pushes, so it turns into NCCL, and an explicit `ipc` is refused, naming the key."""
     from types import SimpleNamespace
 
-    import lit_asyncrl.rollout.vllm_service as vllm_service
+    import lit_asyncrl.rollout.serving.vllm_service as vllm_service
 
     monkeypatch.setattr(vllm_service, "trainer_device_type", lambda: "cuda")
     for requested, alone, under_ddp in (("auto", "ipc", "nccl"), ("gloo", "gloo", "gloo"), ("ipc", "ipc", None)):

@@ -19,7 +19,7 @@ from lit_asyncrl.losses import available_losses, loss_class
 from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import available_references, build_reference
-from lit_asyncrl.rollout.rollout_config import RolloutConfig
+from lit_asyncrl.rollout.settings import RolloutConfig
 from lit_asyncrl.train import build
 from tests.xdist_groups import grouped_by_imports
 
@@ -224,7 +224,7 @@ def test_every_rollout_setting_has_one_default_in_the_class_and_the_config():
     """`conf/rollout/async.yaml` lists every field of `RolloutConfig` with the class's own default,
     and nothing else: a Python user and a Hydra user start from the same settings."""
     raw = OmegaConf.to_container(OmegaConf.load(Path(CONFIG_DIR) / "rollout" / "async.yaml"))
-    assert raw.pop("_target_") == "lit_asyncrl.rollout.rollout_config.RolloutConfig"
+    assert raw.pop("_target_") == "lit_asyncrl.rollout.settings.RolloutConfig"
     # The adapter is the model's (model.lora), whose own config holds the class's default.
     assert raw.pop("lora") == "${model.lora}"
     assert instantiate(OmegaConf.load(Path(CONFIG_DIR) / "model" / "lora" / "default.yaml")) == LoRASettings()

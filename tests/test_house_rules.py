@@ -47,8 +47,8 @@ def test_tasks_do_not_import_the_runner():
 
 def test_the_import_check_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "module.py"
-    source.write_text("def start():\n    from lit_asyncrl.rollout.engine import VLLMEngine\n")
-    assert imported_modules(source) == {"lit_asyncrl.rollout.engine"}
+    source.write_text("def start():\n    from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine\n")
+    assert imported_modules(source) == {"lit_asyncrl.rollout.engine.vllm_engine"}
 
 
 #: Underscored names that are public APIs (the stdlib's `os._exit`, namedtuple's `_replace`...).

@@ -31,7 +31,7 @@ def user_dir(tmp_path, monkeypatch):
 def test_the_example_task_plays_as_written(user_dir):
     import my_tasks
 
-    from lit_asyncrl.rollout.instances import held_out_instances, training_instance
+    from lit_asyncrl.rollout.serving.instances import held_out_instances, training_instance
 
     env = my_tasks.Parrot()
     digit = training_instance(env, random.Random(0))

@@ -1,15 +1,15 @@
 """Environments: the protocol and the built-in tasks."""
 
+from lit_asyncrl.envs.adapters.gem import GemEnv
+from lit_asyncrl.envs.adapters.reasoning_gym import ReasoningGymEnv
 from lit_asyncrl.envs.base import Environment, TextEnv, Transition
-from lit_asyncrl.envs.gem_adapter import GemEnv
 from lit_asyncrl.envs.guess_number import GuessNumberEnv
-from lit_asyncrl.envs.llm_user import LLMUser
 from lit_asyncrl.envs.mixture import BalancedTaskMix, MixInstance, TaskMix
-from lit_asyncrl.envs.reasoning_gym_adapter import ReasoningGymEnv
-from lit_asyncrl.envs.service_desk import ServiceDeskEnv
-from lit_asyncrl.envs.service_desk_tools import ServiceDeskToolsEnv
+from lit_asyncrl.envs.service_desk.task import ServiceDeskEnv
+from lit_asyncrl.envs.service_desk.tools_task import ServiceDeskToolsEnv
 from lit_asyncrl.envs.tools import Grade, Tool, ToolEnv
-from lit_asyncrl.envs.users import CooperativeUser, SimulatedUser
+from lit_asyncrl.envs.users.llm_user import LLMUser
+from lit_asyncrl.envs.users.simulated import CooperativeUser, SimulatedUser
 
 __all__ = [
     "BalancedTaskMix",

@@ -72,7 +72,7 @@ class Environment(abc.ABC):
     Held-out instances: `is_held_out` splits the instance space for good (by default a stable hash
     of `instance_key` sends `held_out_fraction` of the instances to evaluation); the runner draws
     training instances outside that split and evaluation ones inside it
-    (`lit_asyncrl.rollout.instances`), so evaluation measures generalisation to instances never
+    (`lit_asyncrl.rollout.serving.instances`), so evaluation measures generalisation to instances never
     trained on, not only to unseen seeds.
 
     Args:

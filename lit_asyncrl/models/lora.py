@@ -2,7 +2,7 @@
 
 With LoRA on, a weight version is an adapter: the base weights stay as the model folder holds them,
 in the trainer and in the engine, and only the adapter's factors A and B are trained and published.
-The engine then takes each version as a vLLM LoRA adapter (`rollout/engine_adapters.py`), or, with
+The engine then takes each version as a vLLM LoRA adapter (`rollout/weights/adapters.py`), or, with
 `push="merged"`, as full weights with the adapter folded in (for engines or models without LoRA).
 """
 

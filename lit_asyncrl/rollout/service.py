@@ -41,7 +41,7 @@ import torch
 
 if TYPE_CHECKING:
     from lit_asyncrl.envs.base import Environment
-    from lit_asyncrl.rollout.rollout_config import RolloutConfig
+    from lit_asyncrl.rollout.settings import RolloutConfig
 
 #: `score_fn(input_ids [b, T], attention_mask [b, T]) -> logits [b, T, V]`: the weights to score with.
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

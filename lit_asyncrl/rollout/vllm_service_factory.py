@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lit_asyncrl.envs.base import Environment
-from lit_asyncrl.rollout.rollout_config import RolloutConfig
 from lit_asyncrl.rollout.service import RolloutService, ServiceFactory
-from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
+from lit_asyncrl.rollout.serving.vllm_service import VLLMRolloutService
+from lit_asyncrl.rollout.settings import RolloutConfig
 
 
 class VLLMServiceFactory(ServiceFactory):

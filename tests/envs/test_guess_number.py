@@ -5,7 +5,7 @@ import random
 import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
-from lit_asyncrl.rollout.instances import training_instance
+from lit_asyncrl.rollout.serving.instances import training_instance
 
 
 def test_feedback_win_and_turn_limit():

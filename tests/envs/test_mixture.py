@@ -10,14 +10,14 @@ from lit_asyncrl.envs import BalancedTaskMix, GuessNumberEnv, MixInstance, Servi
 from lit_asyncrl.envs.base import Environment, TaskInstance
 from lit_asyncrl.envs.mixture import keep_rate
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
-from lit_asyncrl.rollout.env_calls import EnvCaller
-from lit_asyncrl.rollout.episode import play_instance
-from lit_asyncrl.rollout.episode_format import PlainFormat
-from lit_asyncrl.rollout.format_for_task import episode_formats_for
-from lit_asyncrl.rollout.instances import held_out_instances, training_instance
+from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
+from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
+from lit_asyncrl.rollout.episodes.formats import PlainFormat
+from lit_asyncrl.rollout.episodes.runner import play_instance
 from lit_asyncrl.rollout.records import Trajectory, task_columns
+from lit_asyncrl.rollout.serving.instances import held_out_instances, training_instance
 from lit_asyncrl.warm_start import demonstration_trajectories
-from tests.unit.test_episode_format import ids, scripted_engine
+from tests.rollout.episodes.test_episode_format import ids, scripted_engine
 
 
 def two_tasks(**weights) -> TaskMix:

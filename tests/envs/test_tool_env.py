@@ -11,7 +11,7 @@ import pytest
 
 from lit_asyncrl.envs.tools import AssistantTurn, Grade, Tool, ToolCall, ToolEnv, as_tool
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
-from lit_asyncrl.rollout.tool_call_format import ToolCallParser
+from lit_asyncrl.rollout.episodes.tool_calls import ToolCallParser
 from tests.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm

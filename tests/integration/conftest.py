@@ -3,10 +3,10 @@
 import pytest
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
-from lit_asyncrl.rollout.rollout_config import RolloutConfig
-from lit_asyncrl.rollout.vllm_service import VLLMRolloutService
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
+from lit_asyncrl.rollout.serving.vllm_service import VLLMRolloutService
+from lit_asyncrl.rollout.settings import RolloutConfig
 from tests.integration.runs import SMALL_KV_CACHE_GIB
 
 SMALL_KV_CACHE_BYTES = int(SMALL_KV_CACHE_GIB * 2**30)

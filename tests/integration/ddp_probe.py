@@ -8,7 +8,7 @@ import lightning as L
 import torch
 from asyncrl_callbacks import EWMAReference
 
-from lit_asyncrl.rollout.distributed import whole_tensors
+from lit_asyncrl.rollout.serving.distributed import whole_tensors
 
 #: This rank's own step metrics kept per step (a rank's `callback_metrics` hold its local values).
 STEP_METRICS = ("train/ref_behavior_logratio_absmax", "train/nonfinite_tokens", "fidelity/logratio_absmax", "train/version_gap_max")

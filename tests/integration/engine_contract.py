@@ -12,7 +12,7 @@ import math
 import threading
 import time
 
-from lit_asyncrl.rollout.engine_protocol import Engine
+from lit_asyncrl.rollout.engine.protocol import Engine
 
 
 def check_engine_contract(engine: Engine, weights: dict) -> None:

@@ -16,11 +16,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.dedicated import DedicatedWorker
-from lit_asyncrl.rollout.engine_config import EngineConfig
-from lit_asyncrl.rollout.ray_dedicated_worker import DedicatedWorkerActor
-from lit_asyncrl.rollout.ray_engine import RayEngine
-from lit_asyncrl.rollout.ray_placement import RayPlacement
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
+from lit_asyncrl.rollout.ray_actors.dedicated_worker import DedicatedWorkerActor
+from lit_asyncrl.rollout.ray_actors.engine import RayEngine
+from lit_asyncrl.rollout.ray_actors.placement import RayPlacement
 from lit_asyncrl.rollout.records import Trajectory
 from tests.integration.conftest import SMALL_KV_CACHE_BYTES
 from tests.integration.engine_contract import check_engine_contract

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_asyncrl.rollout.temp_dirs import WEIGHTS_DIR_PREFIX
+from lit_asyncrl.rollout.processes.temp_dirs import WEIGHTS_DIR_PREFIX
 from tests.integration.runs import REPO, SMALL_RUN, read_rows
 from tests.leftovers import OWNED, left_behind, listing
 

@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
 from lit_asyncrl.models.lora import merged_weights
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig, engine_core_environment, vllm_config
+from lit_asyncrl.rollout.engine.settings import EngineConfig, engine_core_environment, vllm_config
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.conftest import SMALL_KV_CACHE_BYTES, started_engine
 from tests.integration.engine_contract import check_engine_contract
@@ -116,7 +116,7 @@ def test_the_engine_is_one_process_a_child_of_this_one(head_engine):
     # On CPU the model worker runs inside the engine-core process (no second spawned process),
     # forked from this one (the next test checks the config asks for it), so it starts without
     # importing everything again. Its one OpenMP thread, compile switch, temp dir and unnamed locks
-    # are set after the fork (`tests/unit/test_engine_core_fork.py`).
+    # are set after the fork (`tests/rollout/processes/test_engine_core_fork.py`).
     from pathlib import Path
 
     def cmdline(pid):

@@ -8,8 +8,8 @@ import torch
 from asyncrl_callbacks import SnapshotRetention
 from transformers import AutoModelForCausalLM
 
-from lit_asyncrl.rollout.dedicated import DedicatedWorker
-from lit_asyncrl.rollout.old_logits import attach, collect_unscored, model_score_fn, score_requests
+from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
+from lit_asyncrl.rollout.old_logits.scoring import attach, collect_unscored, model_score_fn, score_requests
 from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.scoring import token_logprobs
 
@@ -167,8 +167,8 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
 
     from lit_asyncrl.models import resolve_model_path
     from lit_asyncrl.models.lora import LoRASettings, adapter_weights
-    from lit_asyncrl.rollout.engine import VLLMEngine
-    from lit_asyncrl.rollout.engine_config import EngineConfig
+    from lit_asyncrl.rollout.engine.settings import EngineConfig
+    from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
     from tests.integration.conftest import SMALL_KV_CACHE_BYTES
     from tests.unit.test_lora import adapted
 

@@ -23,15 +23,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from lit_asyncrl.envs import ServiceDeskEnv, ServiceDeskToolsEnv
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, adapter_weights
-from lit_asyncrl.rollout.engine import VLLMEngine
-from lit_asyncrl.rollout.engine_config import EngineConfig
-from lit_asyncrl.rollout.env_calls import EnvCaller
-from lit_asyncrl.rollout.episode import play_episode
-from lit_asyncrl.rollout.episode_format import ChatTemplateFormat
-from lit_asyncrl.rollout.format_for_task import episode_format_for
-from lit_asyncrl.rollout.instances import training_instance
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
+from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
+from lit_asyncrl.rollout.episodes.for_task import episode_format_for
+from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat
+from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat
 from lit_asyncrl.rollout.records import Trajectory
-from lit_asyncrl.rollout.tool_call_format import ChatToolFormat
+from lit_asyncrl.rollout.serving.instances import training_instance
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.warm_start import WarmStart
 from tests.integration.conftest import SMALL_KV_CACHE_BYTES, started_engine

@@ -3,7 +3,7 @@
 import pytest
 
 from lit_asyncrl.config_keys import CLI_SPELLING, config_key, keys_spelled_as
-from lit_asyncrl.rollout.rollout_config import RolloutConfig
+from lit_asyncrl.rollout.settings import RolloutConfig
 
 
 def test_a_key_is_its_hydra_key_unless_a_front_end_spells_it_otherwise():

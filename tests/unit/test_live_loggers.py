@@ -9,8 +9,8 @@ import tempfile
 import pytest
 
 from lit_asyncrl.train import run
+from tests.rollout.serving.test_second_service import ReplayServices
 from tests.test_configs import compose_train
-from tests.unit.test_second_service import ReplayServices
 
 
 def two_steps(tmp_path, logger: str) -> None:

@@ -9,7 +9,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lit_asyncrl.models.policy import dropout_settings
 from lit_asyncrl.module import AsyncRLModule
-from lit_asyncrl.rollout.dedicated import DedicatedScorer
+from lit_asyncrl.rollout.old_logits.dedicated import DedicatedScorer
 
 
 def saved_gpt2_with_dropout(folder) -> GPT2LMHeadModel:

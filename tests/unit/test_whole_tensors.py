@@ -15,7 +15,7 @@ def _rank(rank: int, world_size: int, store_path: str, results: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from lit_asyncrl.rollout.distributed import whole_tensors
+    from lit_asyncrl.rollout.serving.distributed import whole_tensors
 
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
     try:

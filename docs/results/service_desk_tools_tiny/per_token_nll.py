@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lit_asyncrl.envs.service_desk_tools import ServiceDeskToolsEnv
+from lit_asyncrl.envs.service_desk.tools_task import ServiceDeskToolsEnv
 from lit_asyncrl.models.tiny import build_tiny_policy
-from lit_asyncrl.rollout.format_for_task import episode_formats_for
+from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
 from lit_asyncrl.warm_start import WarmStart, demonstration_trajectories
 
 torch.manual_seed(0)

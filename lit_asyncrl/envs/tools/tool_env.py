@@ -4,7 +4,7 @@ A `ToolEnv` sits on the text protocol of `envs/base.py` (`reset` / `step`): the 
 the same, and only what crosses it is richer. `reset` answers a `ToolOpening` (the first messages
 and the tool schemas) instead of a string; `step` receives the model's turn as the model's own tool
 parser read it (an `AssistantTurn`: text and calls) instead of its raw text, and answers the calls'
-results as `ToolMessage`s. The episode format (`rollout/tool_call_format.py`) does the model's
+results as `ToolMessage`s. The episode format (`rollout/episodes/tool_calls.py`) does the model's
 side: it renders the schemas and results the way the model's chat template expects, and parses
 each turn with vLLM's tool parser for the model (`tool_parser`), so a task never sees model syntax.
 

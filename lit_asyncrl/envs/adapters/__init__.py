@@ -1,0 +1,1 @@
+"""Third-party task suites as environments: GEM and reasoning-gym."""

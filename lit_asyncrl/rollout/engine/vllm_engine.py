@@ -1,0 +1,350 @@
+"""The vLLM engine in the background: an `AsyncLLM` on its own event-loop thread.
+
+The trainer thread talks to it through thread-safe calls (`run`, `push_weights`); episodes run as
+asyncio tasks inside the engine loop, so many multi-turn episodes stream concurrently.
+
+Weights reach the engine in place: it pauses with in-flight requests kept and their KV cache cleared,
+loads the new weights (a file, `staged_weights.py`, or vLLM's weight-transfer API), takes the new version
+label and resumes: a token's label is the version that sampled it. Adapters: `engine_adapters.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.kill_points import kill_if_asked
+from lit_asyncrl.rollout.engine.protocol import EngineLoop, TurnOutput
+from lit_asyncrl.rollout.engine.settings import (
+    EngineConfig,
+    engine_core_environment,
+    set_engine_log_level,
+    vllm_config,
+    vllm_device_type,
+    weight_sender,
+)
+from lit_asyncrl.rollout.processes.reaper import start_reaper, stop_reaper
+from lit_asyncrl.rollout.processes.spawn_environment import spawned_process_environment, standard_start_method
+from lit_asyncrl.rollout.processes.temp_dirs import make_weights_dir, run_dir
+from lit_asyncrl.rollout.weights.adapters import EngineAdapters
+from lit_asyncrl.rollout.weights.changed_elements import ChangedElements
+from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors
+from lit_asyncrl.rollout.weights.staged import load_weights_file
+from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient, expand_version_spans, write_weights_file
+
+#: One `AsyncLLM` made at a time in a process: vLLM keeps process-wide state while it makes one
+#: (metrics registry, current config, its engine core's environment), and two engines of one run
+#: made at once have raced for it (seen: an engine failing to start, twice, one cause cut off).
+_ENGINE_CREATION = threading.Lock()
+
+
+class VLLMEngine(EngineLoop):
+    """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop (an `Engine`)."""
+
+    def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig()) -> None:
+        self.model_path = str(model_path)
+        self.config = config
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._llm: Any = None
+        self._started = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._weights_dir = make_weights_dir()
+        self._reaper: subprocess.Popen | None = None
+        self.version = 0
+        # Stall watch: requests in flight, when the engine last showed progress, whether it is paused.
+        self._requests_in_flight = 0
+        self._last_progress = time.monotonic()
+        self._paused = False
+        self._sender = weight_sender(config)
+        # With LoRA adapters as versions, each version is an adapter (`engine_adapters.py`).
+        self._adapters = EngineAdapters(config.lora, self._weights_dir) if config.serves_adapters else None
+        self._changed = ChangedTensors()  # a new engine is pushed everything once, then what changed
+        self._elements = ChangedElements() if config.push_changed_elements else None  # and of those, what changed
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
+        """Start the engine thread and wait until the engine serves requests."""
+        self.launch(initial_version)
+        self.wait_until_serving(timeout_s)
+
+    def launch(self, initial_version: int = 0) -> None:
+        """Start making the engine in the background and return at once (`wait_until_serving` waits).
+
+        The engine's own process spends most of its start importing; launched early, that overlaps
+        with work the trainer does meanwhile (the warm start).
+        """
+        self.version = initial_version
+        set_engine_log_level(self.config.log_level)
+        standard_start_method()
+        # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them
+        # and removes the files vLLM made for them (sockets, rendezvous files: `temp_dirs.py`).
+        self._reaper = start_reaper([self._weights_dir, run_dir()])
+        self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
+        self._thread.start()
+
+    def wait_until_serving(self, timeout_s: float = 300.0) -> None:
+        """Block until the launched engine serves requests; raise if its start failed."""
+        if not self._started.wait(timeout_s):
+            raise TimeoutError(f"vLLM engine did not start within {timeout_s} s")
+        if self._startup_error is not None:
+            # The cause in the message: under DDP the other ranks' reports can bury the chained one.
+            cause = self._startup_error
+            raise RuntimeError(f"vLLM engine failed to start: {type(cause).__name__}: {cause}") from cause
+
+    def _thread_main(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._create_llm())
+        except BaseException as error:  # reported to the starting thread
+            self._startup_error = error
+            self._started.set()
+            return
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _create_llm(self) -> Any:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        config = vllm_config(self.model_path, self.config, vllm_device_type())
+        environment = engine_core_environment(self.config, config)
+        # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
+        # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
+        with _ENGINE_CREATION, spawned_process_environment(environment):
+            self._llm = AsyncLLM.from_vllm_config(config)
+        await self._llm.update_weight_version(str(self.version))
+
+    def shutdown(self, startup_timeout_s: float = 300.0) -> None:
+        """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice.
+
+        Called while the engine is still starting (e.g. a signal during `start`), it first lets the start finish: vLLM's
+        engine creation cannot be interrupted half-way, and shutting down a half-made engine from its own loop would
+        cancel the start and strand the shutdown.
+        """
+        llm_ref = weakref.ref(self._llm) if self._llm is not None else None
+        try:
+            if self._sender is not None:
+                self._sender.close()
+            if self._thread is not None and not self._started.wait(startup_timeout_s):
+                raise TimeoutError(f"the vLLM engine neither started nor failed within {startup_timeout_s} s")
+            if self._loop is not None and not self._loop.is_running() and self._llm is not None:
+                # The start failed after the engine was made: shut it down here, no loop to use.
+                llm, self._llm = self._llm, None
+                llm.shutdown()
+                del llm
+            if self._loop is not None and self._loop.is_running():
+                # Shut the engine down from its own loop, output handler first, so nothing in the
+                # loop is left reading from a dead engine core.
+                asyncio.run_coroutine_threadsafe(self._shutdown_in_loop(), self._loop).result(timeout=60)
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+                self._thread = None
+        finally:
+            if self._loop is not None and not self._loop.is_running() and not self._loop.is_closed():
+                self._loop.close()
+            if llm_ref is not None and llm_ref() is not None:
+                # Still held, by a reference cycle: collect it now (left to interpreter exit, its __del__ runs against
+                # torn-down modules). Usually nothing holds it by now, and a collection over a trainer's heap costs ~0.5 s.
+                gc.collect()
+            shutil.rmtree(self._weights_dir, ignore_errors=True)
+            stop_reaper(self._reaper)
+            self._reaper = None
+
+    def dead_reason(self) -> str | None:
+        """Why the engine cannot serve any more (None while it is healthy)."""
+        if self._thread is None or self._llm is None:
+            return None
+        if not self._thread.is_alive():
+            return "its event-loop thread exited"
+        if self._llm.errored:
+            return "its engine-core process died or its output handler stopped"
+        stalled_s = self.stalled_for()
+        if stalled_s > self.config.stall_timeout_s:
+            self._stopped_answering = True
+            return (
+                f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
+                f"(stall timeout {self.config.stall_timeout_s:g} s, {config_key('rollout.engine_stall_timeout_s')})"
+            )
+        return None
+
+    def stalled_for(self) -> float:
+        """Seconds without output while requests wait for it (0 when idle or paused on purpose)."""
+        if self._requests_in_flight == 0 or self._paused:
+            return 0.0
+        return time.monotonic() - self._last_progress
+
+    def _progress(self) -> None:
+        self._last_progress = time.monotonic()
+
+    async def _shutdown_in_loop(self) -> None:
+        if self._llm is None:
+            return
+        llm, self._llm = self._llm, None
+        handler = getattr(llm, "output_handler", None)
+        if handler is not None:
+            handler.cancel()
+            await asyncio.gather(handler, return_exceptions=True)
+        # vLLM asks its engine core to stop and waits up to 5 s before killing it; one that stopped
+        # answering will not stop on request, so it is killed at once (timeout 0).
+        llm.shutdown(timeout=0 if self._stopped_answering else None)
+        # Tasks still on this loop (cancelled episodes) end here, not in a __del__ at exit.
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- generation (called inside the engine loop) ------------------------------------------
+    async def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_k: int = -1,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
+        on_tokens: Callable[[list[int], list[float]], None] | None = None,
+    ) -> TurnOutput:
+        """Sample one turn, streaming; returns the tokens with mu and per-token versions.
+
+        `on_tokens(ids, logprobs)` sees each streamed piece as it arrives, so a partial turn is
+        visible (e.g. to score it before its version is replaced); the final versions come from
+        vLLM's spans in the returned `TurnOutput`.
+        """
+        from vllm.inputs import TokensPrompt
+
+        from lit_asyncrl.rollout.engine.settings import sampling_params
+
+        async def stream(prompt: list[int], tokens: int, lora_request: Any, request_id: str) -> tuple[list[int], list[float], Any]:
+            params = sampling_params(tokens, temperature, top_k, stop_token_ids, ignore_eos)
+            token_ids, logprobs, final = [], [], None
+            outputs = self._llm.generate(TokensPrompt(prompt_token_ids=prompt), params, request_id=request_id, lora_request=lora_request)
+            if self._requests_in_flight == 0:
+                self._progress()  # an idle engine starts its stall clock with the first request
+            self._requests_in_flight += 1
+            try:
+                async for message in outputs:
+                    self._progress()
+                    completion = message.outputs[0]
+                    new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
+                    token_ids.extend(completion.token_ids)
+                    logprobs.extend(new_logprobs)
+                    if on_tokens is not None and completion.token_ids:
+                        on_tokens(list(completion.token_ids), new_logprobs)
+                    final = completion
+            finally:
+                self._requests_in_flight -= 1
+            return token_ids, logprobs, final
+
+        if self._adapters is not None:  # each request runs under one adapter (`engine_adapters.py`)
+            token_ids, logprobs, versions, final = await self._adapters.generate(stream, prompt_ids, max_tokens)
+        else:
+            token_ids, logprobs, final = await stream(list(prompt_ids), max_tokens, None, uuid.uuid4().hex)
+            versions = expand_version_spans(final.weight_versions, len(token_ids), self.version)
+        return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
+
+    # -- weights (called from the trainer thread) --------------------------------------------
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """Load `state_dict` into the engine in place and label what follows `version`.
+
+        Only the tensors written since this engine's last push travel (`changed_tensors.py`).
+        Returns timings in seconds: `write_s` (the engine still running: written, and staged) and `pause_s`
+        (the time the engine stands still: pause -> load -> relabel -> resume), and the `bytes` sent.
+        """
+        if self._adapters is not None:
+            # An adapter no longer needed is dropped without waiting (the call queues behind the
+            # engine's steps); the new one is loaded by the first request that names it.
+            remove = lambda lora_id: asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)  # noqa: E731
+            timings = self._adapters.push(state_dict, version, remove)
+            self.version = version  # after the adapter is the newest: no token is older than its group's start
+            # A push ends a pause, as with full weights; turns moving to the new adapter move now.
+            if self._paused or self.config.lora.moves_turns:
+                moved = self.run(self._move_turns(resume=self._paused), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+                timings["moved_turns"] = float(moved)
+            return timings
+        changed = self._changed.select(state_dict)  # what this engine does not hold yet
+        if not changed:  # nothing written since the last push: only the label moves
+            self.set_version(version)
+            timings = {"write_s": 0.0, "pause_s": 0.0, "bytes": 0.0}
+        elif self._sender is not None:
+            timings = self._send_weights(changed, version)
+        else:
+            start = time.perf_counter()
+            encode = self._elements.encode if self._elements else None  # only the changed elements
+            path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir, encode)
+            kill_if_asked("weight_push", version)
+            # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
+            pause_s = self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+            timings = {"write_s": time.perf_counter() - start - pause_s, "pause_s": pause_s, "bytes": float(nbytes)}
+        self._changed.sent(state_dict)
+        return timings
+
+    def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """The push over vLLM's weight-transfer API: the engine stands still while the tensors travel."""
+        start = time.perf_counter()
+        self.pause()
+        try:
+            kill_if_asked("weight_push", version)
+            nbytes = self._sender.push(state_dict, self.weight_sync_client())
+            self.set_version(version)
+        finally:
+            if self.dead_reason() is None:
+                self.resume()
+        return {"write_s": 0.0, "pause_s": time.perf_counter() - start, "bytes": float(nbytes)}
+
+    def weight_sync_client(self) -> EngineWeightSyncClient:
+        """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
+        return EngineWeightSyncClient(
+            lambda step: self.run(step, timeout_s=self.config.stall_timeout_s, stalled="a weight push"), self._llm
+        )
+
+    def set_version(self, version: int) -> None:
+        """Label what the engine samples from now on `version` (after weights arrived another way)."""
+        self.run(self._llm.update_weight_version(str(version)), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+        self.version = version
+
+    def pause(self) -> None:
+        """Freeze generation (in-flight requests kept, KV cleared) until `resume` or a weight push."""
+        self.run(self._pause_generation(), timeout_s=self.config.stall_timeout_s, stalled="a pause")
+
+    async def _pause_generation(self) -> None:
+        self._paused = True
+        await self._llm.pause_generation(mode="keep", clear_cache=True)
+
+    def resume(self) -> None:
+        self.run(self._move_turns(resume=True), timeout_s=self.config.stall_timeout_s, stalled="a resume")
+
+    async def _move_turns(self, resume: bool) -> int:
+        """Abort the turns moving to the newest adapter before generation resumes (`engine_adapters.py`)."""
+        moving = self._adapters.requests_to_move() if self._adapters is not None else []
+        if moving:
+            await self._llm.abort(moving)
+        if resume:
+            await self._llm.resume_generation()
+            self._paused = False
+            self._progress()
+        return len(moving)
+
+    async def _swap_weights(self, path: Path, version: int) -> float:
+        """Load the weights file `path`, label what follows `version`; the seconds from pause to resume."""
+
+        async def label() -> None:
+            await self._llm.update_weight_version(str(version))
+            self.version = version
+
+        staged, resume = self.config.weight_transfer == "staged", lambda: self._move_turns(resume=True)
+        return await load_weights_file(self._llm, path, staged, self._pause_generation, label, resume, self._elements is not None)

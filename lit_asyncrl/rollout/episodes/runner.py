@@ -1,0 +1,183 @@
+"""Plays one multi-turn episode against the engine, turn by turn, recording every token."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
+from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
+from lit_asyncrl.rollout.episodes.formats import EpisodeFormat
+from lit_asyncrl.rollout.episodes.replay import EpisodeReplay, ReplayMismatch, append_recorded
+from lit_asyncrl.rollout.records import Trajectory
+from lit_asyncrl.text import UnencodableTextError
+
+
+async def play_episode(
+    engine: Engine,
+    env: Environment,
+    episode_format: EpisodeFormat,
+    instance: object,
+    trajectory: Trajectory,
+    *,
+    call_env: EnvCaller,
+    temperature: float,
+    top_k: int,
+    max_context: int,
+    seed: int | None = None,
+    recorded: Trajectory | None = None,
+) -> Trajectory:
+    """Alternate agent turns (sampled by the engine) and environment answers until done.
+
+    `episode_format` puts the tokens around the environment's text (raw text or the chat template)
+    and says where a turn stops. Each turn is a new request on the whole context so far (the
+    trajectory's own ids, never a re-tokenized conversation); the engine may swap weights in the
+    middle of a turn, in which case the turn's tokens carry two versions (a partial rollout).
+    An episode that outlives `env.episode_timeout_s` ends there, keeping its tokens and the reward
+    it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far. An
+    environment call that raises, or answers with something that is not a Transition or cannot be
+    encoded, ends the episode as failed (`trajectory.env_failure`): the environment's fault, not the
+    agent's, so the producer drops it with that reason instead of training on it. Errors of the
+    engine are not the environment's and propagate. With `recorded` (an episode in flight at a
+    checkpoint, `episode_replay.py`) its answered turns are replayed, not sampled, and sampling goes
+    on after them; an environment that answers otherwise fails the episode with the reason "restart".
+    """
+    episode = env.new_episode(instance)
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(env.episode_timeout_s):
+            replay = EpisodeReplay(recorded) if recorded is not None else None
+            await _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed, replay)
+    except TimeoutError:
+        trajectory.timed_out = True
+    except EnvironmentFailure as failure:
+        trajectory.env_failure, trajectory.env_failure_message = failure.reason, str(failure)
+    except ReplayMismatch as mismatch:
+        trajectory.env_failure, trajectory.env_failure_message = "restart", str(mismatch)
+    finally:
+        trajectory.duration_s, trajectory.finished = time.monotonic() - started, True
+        close = getattr(episode, "close", None)
+        if callable(close):
+            try:
+                await call_env(close)
+            except Exception as error:  # a failing close loses nothing the episode produced
+                trajectory.env_failure = trajectory.env_failure or "env_error"
+                trajectory.env_failure_message = trajectory.env_failure_message or f"{type(env).__name__} close: {error!r}"
+    return trajectory
+
+
+async def play_instance(
+    engine: Engine,
+    env: Environment,
+    episode_formats: Mapping[str | None, EpisodeFormat],
+    instance: object,
+    trajectory: Trajectory,
+    **settings: Any,
+) -> Trajectory:
+    """`play_episode` of `instance` by the task that owns it (`env.task_of`: the environment itself,
+    or one task of a mixture), in that task's format; the trajectory records the task's name."""
+    task = env.task_of(instance)
+    trajectory.task = task.name
+    return await play_episode(engine, task.env, episode_formats[task.name], task.instance, trajectory, **settings)
+
+
+class EnvironmentFailure(Exception):
+    """An environment call of one episode failed; `reason` is "env_error" or "env_malformed"."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+async def _env_call(call_env: EnvCaller, env: Environment, method: Any, *args: Any) -> Any:
+    try:
+        return await call_env(method, *args)
+    except (asyncio.CancelledError, TimeoutError):
+        raise
+    except Exception as error:
+        raise EnvironmentFailure("env_error", f"{type(env).__name__}.{method.__name__} raised {error!r}") from error
+
+
+async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed, replay) -> None:
+    first_observation = await _env_call(call_env, env, episode.reset, seed)
+    await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
+    _add_observation(episode_format, episode_format.open, trajectory, first_observation, env)
+    trajectory.committed = len(trajectory.token_ids)
+    if replay is not None:
+        replay.check(trajectory)
+    for index in range(env.max_turns):
+        room = max_context - len(trajectory.token_ids)
+        if room < 1:
+            trajectory.cut_off = "context"
+            return
+        trajectory.turn_starts.append(len(trajectory.token_ids))
+        recorded = replay.turn(trajectory, index) if replay is not None else None
+        turn = await _take_turn(engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), temperature, top_k)
+        trajectory.num_turns += 1
+        trajectory.committed = len(trajectory.token_ids)
+        if turn.finish_reason == "length" and room < env.max_turn_tokens:
+            trajectory.cut_off = "context"  # the turn ran into the end of the context, not its own limit
+        result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
+        await asyncio.sleep(env.latency_s)
+        trajectory.reward += float(result.reward)
+        trajectory.success = trajectory.success or result.success
+        trajectory.count_tool_calls(result.info)
+        if result.terminated or result.truncated:
+            return
+        _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
+        trajectory.committed = len(trajectory.token_ids)
+        if replay is not None:
+            replay.check(trajectory)
+    trajectory.cut_off = trajectory.cut_off or "turns"
+
+
+async def _take_turn(engine, episode_format, trajectory, recorded, max_tokens, temperature, top_k) -> TurnOutput:
+    """One agent turn: as recorded (a resumed episode's answered turn), else sampled."""
+    if recorded is not None:
+        append_recorded(trajectory, recorded)
+        return TurnOutput(
+            recorded.token_ids, recorded.logprobs, recorded.versions, "length" if len(recorded.token_ids) >= max_tokens else "stop"
+        )
+    turn_start = len(trajectory.token_ids)
+    turn = await engine.generate(
+        list(trajectory.token_ids),
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        stop_token_ids=episode_format.stop_token_ids,
+        # Provisional versions; the engine's final spans below are authoritative.
+        on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
+    )
+    trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
+    return turn
+
+
+def _add_observation(episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment) -> None:
+    if not isinstance(observation, episode_format.observation_types):
+        expected = " or ".join(kind.__name__ for kind in episode_format.observation_types)
+        raise EnvironmentFailure("env_malformed", f"{type(env).__name__}: observations must be {expected}, got {observation!r}")
+    try:
+        add(trajectory, observation)
+    except UnencodableTextError as error:
+        raise EnvironmentFailure("env_malformed", str(error)) from error
+
+
+def _as_transition(result: Any, env: Environment) -> Transition:
+    # A plain gymnasium-style 5-tuple is accepted too; anything else is the environment's bug.
+    if isinstance(result, tuple) and len(result) == 5:
+        transition = Transition(*result)
+        try:
+            reward = float(transition.reward)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if math.isfinite(reward) and isinstance(transition.info, dict):
+            return transition._replace(reward=reward)
+    raise EnvironmentFailure(
+        "env_malformed",
+        f"{type(env).__name__}: step() must return a Transition (observation, reward: a finite number, terminated, "
+        f"truncated, info: a dict), got {result!r}",
+    )

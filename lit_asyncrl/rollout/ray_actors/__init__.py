@@ -1,0 +1,1 @@
+"""Engines and the dedicated old-logit worker as Ray actors, and their placement."""

@@ -1,0 +1,300 @@
+"""A vLLM engine as a Ray actor, here or on a cluster node.
+
+`RayEngine` implements the `Engine` protocol (`engine_protocol.py`) as `VLLMEngine` does, so the
+rollout service, its producers and its buffer stay in the trainer's process unchanged: episodes
+run on a local event loop and each turn streams from the actor. Inside the actor an ordinary
+`VLLMEngine` samples, tags every token with its version and pushes weights in place, so
+per-token versions are exactly those of the in-process engines.
+
+Ray is an extra (`pip install "lit-asyncrl[ray]"`); nothing here imports it before an actor starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_asyncrl.rollout.engine.protocol import EngineDeadError, EngineLoop, TurnOutput
+from lit_asyncrl.rollout.engine.settings import EngineConfig, weight_sender
+from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
+from lit_asyncrl.rollout.processes.temp_dirs import remove_run_dir
+from lit_asyncrl.rollout.ray_actors.placement import RAY_RUNTIME, RayPlacement
+from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors
+
+
+class EngineActor:
+    """The Ray actor's body: a `VLLMEngine` started in the actor process (made a Ray actor class at launch)."""
+
+    def __init__(self, model_path: str, config: EngineConfig, initial_version: int) -> None:
+        self.engine = VLLMEngine(model_path, config)
+        self.engine.start(initial_version)
+        #: Streamed pieces the engine has produced, all turns together (see `RayEngine.pause`).
+        self.pieces_produced = 0
+
+    def ready(self) -> bool:
+        return True
+
+    async def generate_stream(self, prompt_ids: Sequence[int], sampling: dict[str, Any]):
+        """Yields ("tokens", ids, logprobs) as the turn streams, then ("turn", TurnOutput)."""
+        pieces: asyncio.Queue = asyncio.Queue()
+        here = asyncio.get_running_loop()
+
+        def on_tokens(ids: list[int], logprobs: list[float]) -> None:  # on the engine's loop
+            self.pieces_produced += 1
+            here.call_soon_threadsafe(pieces.put_nowait, ("tokens", ids, logprobs))
+
+        turn = asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(self.engine.generate(prompt_ids, on_tokens=on_tokens, **sampling), self.engine.loop)
+        )
+        try:
+            while not (turn.done() and pieces.empty()):
+                piece = asyncio.ensure_future(pieces.get())
+                await asyncio.wait({piece, turn}, return_when=asyncio.FIRST_COMPLETED)
+                if piece.done():
+                    yield piece.result()
+                else:
+                    piece.cancel()
+            yield ("turn", turn.result())
+        finally:
+            turn.cancel()
+
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        return self.engine.push_weights(state_dict, version)
+
+    # vLLM's weight-sync control plane under the names its `RayVLLMWeightSyncClient` calls, so
+    # the trainer drives this actor's engine through vLLM's own client (`RayEngine.push_weights`).
+    def init_weight_transfer_engine(self, request: Any) -> None:
+        self.engine.weight_sync_client().init_weight_transfer_engine(request.init_info)
+
+    def start_weight_update(self) -> None:
+        self.engine.weight_sync_client().start_weight_update()
+
+    def update_weights(self, request: Any) -> None:
+        self.engine.weight_sync_client().update_weights(request.update_info)
+
+    def finish_weight_update(self) -> None:
+        self.engine.weight_sync_client().finish_weight_update()
+
+    def update_weight_version(self, version: str) -> None:
+        self.engine.set_version(int(version))
+
+    def pause(self) -> int:
+        """Pause the engine; returns how many pieces it produced before (all now on their way)."""
+        self.engine.pause()
+        return self.pieces_produced
+
+    def resume(self) -> None:
+        self.engine.resume()
+
+    def dead_reason(self) -> str | None:
+        return self.engine.dead_reason()
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+        remove_run_dir()  # the actor is killed next, without its exit handlers
+
+
+class RayEngine(EngineLoop):
+    """A proxy for a `VLLMEngine` in a Ray actor (see the module docstring).
+
+    Args:
+        model_path: the model folder, readable where the actor runs (a shared path on a cluster).
+        config: the engine's settings, as for `VLLMEngine`.
+        placement: the Ray cluster and each actor's resource request.
+    """
+
+    #: How often `dead_reason` asks the actor (liveness polls come every half second).
+    health_check_s = 1.0
+
+    def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig(), placement: RayPlacement = RayPlacement()) -> None:
+        self.model_path, self.config, self.placement = str(model_path), config, placement
+        self.version = 0
+        self._actor: Any = None
+        self._ready_ref: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runtime_held = False
+        self._dead: str | None = None
+        self._checked_at = 0.0
+        #: Streamed pieces added to their trajectories here (on the local loop).
+        self._pieces_received = 0
+        #: The trainer side of vLLM's weight-transfer API (None for the `file` route, which
+        #: ships the tensors through Ray's object store).
+        self._sender = weight_sender(config)
+        #: Only what changed since the actor's last push crosses to it (`changed_tensors.py`); an
+        #: adapter always goes whole.
+        self._changed = ChangedTensors()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
+        self.launch(initial_version)
+        self.wait_until_serving(timeout_s)
+
+    def launch(self, initial_version: int = 0) -> None:
+        """Ask Ray for the actor (its engine starts inside it) and start the local episode loop."""
+        import ray
+
+        self.version = initial_version
+        RAY_RUNTIME.acquire(self.placement.address)
+        self._runtime_held = True
+        actor_class = ray.remote(EngineActor)
+        self._actor = actor_class.options(num_cpus=self.placement.num_cpus, num_gpus=self.placement.num_gpus).remote(
+            self.model_path, self.config, initial_version
+        )
+        self._ready_ref = self._actor.ready.remote()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="ray-engine-episodes", daemon=True)
+        self._thread.start()
+
+    def wait_until_serving(self, timeout_s: float = 300.0) -> None:
+        import ray
+
+        try:
+            ray.get(self._ready_ref, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(f"the vLLM engine's Ray actor did not start within {timeout_s} s") from None
+        except ray.exceptions.RayError as error:
+            raise RuntimeError("vLLM engine failed to start in its Ray actor") from error
+
+    def shutdown(self, startup_timeout_s: float = 300.0) -> None:
+        """Stop the actor's engine, the actor and the local loop; release Ray. Safe to call twice."""
+        import ray
+
+        actor, self._actor = self._actor, None
+        try:
+            if actor is not None:
+                try:
+                    ray.get(actor.shutdown.remote(), timeout=60)
+                except ray.exceptions.RayError:
+                    pass  # a dead actor has nothing left to stop
+                finally:
+                    ray.kill(actor)
+            if self._loop is not None and self._loop.is_running():
+                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop).result(timeout=30)
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            if self._thread is not None:
+                self._thread.join(timeout=30)
+                self._thread = None
+            if self._loop is not None and not self._loop.is_closed():
+                self._loop.close()
+        finally:
+            if self._runtime_held:
+                self._runtime_held = False
+                RAY_RUNTIME.release()
+
+    def dead_reason(self) -> str | None:
+        """Why the engine cannot serve any more: its actor died, or its engine reports why."""
+        import ray
+
+        if self._actor is None or self._dead is not None:
+            return self._dead
+        now = time.monotonic()
+        if now - self._checked_at < self.health_check_s:
+            return None
+        self._checked_at = now
+        try:
+            self._dead = ray.get(self._actor.dead_reason.remote(), timeout=10)
+        except ray.exceptions.GetTimeoutError:
+            return None  # busy, not dead: a stalled engine reports itself through its own check
+        except ray.exceptions.RayError as error:
+            self._dead = f"its Ray actor died ({type(error).__name__})"
+        return self._dead
+
+    # -- generation (called inside the local loop) ------------------------------------------
+    async def generate(
+        self, prompt_ids: Sequence[int], *, on_tokens: Callable[[list[int], list[float]], None] | None = None, **sampling: Any
+    ) -> TurnOutput:
+        """`VLLMEngine.generate` (the same sampling arguments), sampled by the actor's engine and
+        streamed here piece by piece."""
+        stream = self._actor.generate_stream.options(num_returns="streaming").remote(list(prompt_ids), sampling)
+        async for reference in stream:
+            piece = await reference
+            if piece[0] == "tokens":
+                if on_tokens is not None:
+                    on_tokens(piece[1], piece[2])
+                self._pieces_received += 1
+            else:
+                return piece[1]
+        raise EngineDeadError("the vLLM engine's Ray actor ended a turn without its result")
+
+    # -- weights (called from the trainer thread) --------------------------------------------
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        """The actor's engine loads `state_dict` in place as `version`: over vLLM's weight-transfer
+        API, driven through vLLM's Ray client, or else sent through Ray's object store."""
+        import ray
+
+        changed = state_dict if self.config.serves_adapters else self._changed.select(state_dict)
+        if self._sender is not None and changed:
+            timings = self._send_weights(changed, version)
+            self._changed.sent(state_dict)
+            return timings
+        start = time.perf_counter()
+        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in changed.items()}
+        try:
+            timings = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.config.stall_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise EngineDeadError(
+                f"the vLLM engine stopped answering: a weight push got no answer within {self.config.stall_timeout_s:g} s"
+            ) from None
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
+        self.version = version
+        self._changed.sent(state_dict)
+        # `write_s` here also counts the trip through Ray's object store.
+        return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"], "bytes": timings["bytes"]}
+
+    def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        import ray
+        from vllm.distributed.weight_transfer import RayVLLMWeightSyncClient
+
+        if self._sender.address == "127.0.0.1" and self.placement.address is not None:
+            # On a cluster the actor may be on another node: it joins the trainer's rendezvous there.
+            self._sender.address = ray.util.get_node_ip_address()
+        start = time.perf_counter()
+        self.pause()
+        try:
+            nbytes = self._sender.push(state_dict, RayVLLMWeightSyncClient(self._actor))
+            self.version = version
+            self._call("update_weight_version", str(version))
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
+        finally:
+            if self.dead_reason() is None:
+                self.resume()
+        return {"write_s": 0.0, "pause_s": time.perf_counter() - start, "bytes": float(nbytes)}
+
+    def pause(self) -> None:
+        """Pause the actor's engine, then wait here until every piece it streamed before the pause
+        has reached its trajectory: a route that scores unfinished tokens at a pause (dedicated,
+        interruption-sync) must see them all, as it does with an engine in this process."""
+        produced = self._call("pause")
+
+        async def caught_up() -> None:
+            while self._pieces_received < produced:
+                await asyncio.sleep(0.002)
+
+        self.run(caught_up(), timeout_s=self.config.stall_timeout_s, stalled="the stream after a pause")
+
+    def resume(self) -> None:
+        self._call("resume")
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+
+        try:
+            return ray.get(getattr(self._actor, method).remote(*args), timeout=self.config.stall_timeout_s)
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error
+
+
+async def _cancel_other_tasks() -> None:
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

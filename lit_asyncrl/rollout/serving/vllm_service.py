@@ -1,0 +1,350 @@
+"""`RolloutService` on in-process vLLM engines: engines, their producers, one buffer, dedicated worker."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError
+from lit_asyncrl.rollout.engine.settings import EngineConfig, parallelism_args
+from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
+from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
+from lit_asyncrl.rollout.old_logits.scoring import score_unscored_on
+from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
+from lit_asyncrl.rollout.queue.checkpointed_groups import in_flight_groups, next_group_id, not_settled, resumable
+from lit_asyncrl.rollout.queue.producer import RolloutProducer
+from lit_asyncrl.rollout.records import Trajectory, training_batch
+from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
+from lit_asyncrl.rollout.serving.distributed import RankZeroRollouts, check_batch_splits
+from lit_asyncrl.rollout.serving.frozen_engines import start_frozen_engine
+from lit_asyncrl.rollout.serving.held_out import HeldOutEvaluator
+from lit_asyncrl.rollout.serving.lanes import EngineLanes, lane_share
+from lit_asyncrl.rollout.serving.placement import placement_factories
+from lit_asyncrl.rollout.serving.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
+from lit_asyncrl.rollout.serving.stats import rollout_stats
+from lit_asyncrl.rollout.settings import RolloutConfig
+from lit_asyncrl.rollout.weights.transfer import check_changed_elements, select_weight_transfer, trainer_device_type
+from lit_asyncrl.text import pad_token_id
+
+
+class VLLMRolloutService:
+    """Generation on `num_engines` background vLLM `AsyncLLM`s in this process (see `RolloutService`).
+
+    Each engine has its own producer; all producers fill one shared buffer, so accounting and the
+    staleness cap are global. A new group starts on the least loaded engine (`LeastLoadedRouter`)
+    and stays there. Every published version is pushed to every engine; each token carries the
+    version of the engine that sampled it, so per-token versions stay exact across engines.
+
+    Nothing expensive happens before `start`: the constructor only checks its arguments and loads
+    the tokenizer. `close` stops the producers, the dedicated worker and the engines (their
+    processes, threads and temp dirs) in that order, whatever state they are in.
+
+    Args:
+        model_path: a local Hugging Face model folder the engines serve.
+        env: the task; episodes of one instance form a group of `rollout.group_size` (GRPO advantages).
+        rollout: every rollout setting (`RolloutConfig`: batches, engines, evaluation, failures, placement).
+        seed: task instances are drawn from this seed (and each engine samples from it).
+        liveness_poll_s: how often a waiting `next_batch` checks that every part is alive.
+    """
+
+    def __init__(
+        self, model_path: str | Path, env: Environment, rollout: RolloutConfig, *, seed: int, liveness_poll_s: float = 0.5
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.model_path, self.env, self.rollout = str(model_path), env, rollout
+        self.group_size, self.groups_per_batch = rollout.group_size, rollout.groups_per_batch
+        self.max_version_gap, self.weight_sync_every = rollout.max_version_gap, rollout.weight_sync_every
+        self.checkpoint_pending = rollout.checkpoint_pending
+        self.temperature, self.top_k = rollout.temperature, rollout.top_k
+        self.num_engines, self.seed = rollout.num_engines, seed
+        # One trainer process assumed until `configure` says otherwise, so that a route this
+        # machine cannot take is refused now, before anything starts.
+        self.engine_config = self._engine_config(trainer_processes=1)
+        if rollout.placement == "local":  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
+            parallelism_args(self.engine_config, trainer_device_type())
+        self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout)
+        self.liveness_poll_s = liveness_poll_s
+        self.max_engine_restarts, self.engine_restarts = rollout.engine_restarts, 0
+        self._weights: Mapping[str, torch.Tensor] = {}
+        self._version, self._train = 0, True
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        # Made here, before any engine starts: an unusable chat template or stop text fails fast.
+        self.episode_formats = episode_formats_for(self.tokenizer, env)
+        #: A mixture's task names (batches say which task played each row); () for a single task.
+        self.task_names = tuple(name for name in env.tasks() if name is not None)
+        self.pad_id = pad_token_id(self.tokenizer)
+        check_tokenizer_fits_model(self.model_path, self.tokenizer)
+        for name, task in env.tasks().items():
+            check_context_holds_a_turn(task, self.episode_formats[name], rollout.max_model_len, seed)
+        self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap, rollout.group_filter())
+        self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
+        self.lanes = EngineLanes(self.num_engines, self._new_engine)
+        self._group_ids = itertools.count()
+        self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
+        self.dedicated: DedicatedWorker | None = None
+        self._use_dedicated = False
+
+    def _engine_config(self, trainer_processes: int) -> EngineConfig:
+        route = select_weight_transfer(self.rollout.weight_transfer, trainer_device_type(), self.rollout.placement, trainer_processes)
+        check_changed_elements(self.rollout.push_changed_elements, route)
+        return self.rollout.engine_config(self.seed, route)
+
+    def configure(self, world_size: int, rank: int) -> RolloutService:
+        """With several training processes, rank 0's service serves them all (`RankZeroRollouts`)."""
+        self.engine_config = self._engine_config(trainer_processes=world_size)
+        if world_size == 1:
+            return self
+        check_batch_splits(self.groups_per_batch, world_size)
+        return RankZeroRollouts(self, rank=rank, world_size=world_size)
+
+    def state_dict(self) -> dict:
+        # Groups in flight first: one may be filed before the buffer is read (the trainer takes none meanwhile).
+        in_flight = in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed if self.checkpoint_pending else []
+        accounting = self.buffer.state_dict(keep_pending=self.checkpoint_pending)
+        return {"accounting": accounting, "in_flight": not_settled(in_flight, self.buffer.settled_groups())}
+
+    def load_state_dict(self, state: dict) -> None:
+        restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
+        self._resumed = resumable(state.get("in_flight", []), self.group_size) if self.checkpoint_pending else []  # continued by lane 0
+        self.buffer.resumed([group["group_id"] for group in self._resumed])
+        self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
+
+    @property
+    def engine(self) -> Engine | None:
+        """The first engine (the only one with `num_engines=1`)."""
+        return self.lanes.engines[0]
+
+    @property
+    def started(self) -> bool:
+        return self.lanes.started
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def use_dedicated_worker(self) -> None:
+        if self.started:
+            raise RuntimeError("use_dedicated_worker() must be called before start()")
+        if self.num_engines != 1:
+            # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
+            raise ValueError(f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, got {self.num_engines}")
+        self._use_dedicated = True
+
+    def launch_early(self) -> None:
+        """Begin the engines' start now, in the background; `start` waits for them and loads their weights.
+
+        An engine's initial weights (the model folder's) never sample: `start` replaces them
+        with the trainer's before the first request, so launching before the warm start is safe.
+        """
+        self.lanes.launch_early()
+
+    def _new_engine(self, initial_version: int) -> Engine:
+        """A launched engine (not yet serving) on the current engine settings."""
+        engine = self.engine_factory(self.model_path, self.engine_config)
+        engine.launch(initial_version=initial_version)
+        return engine
+
+    def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
+        if self.started:
+            raise RuntimeError("the rollout service is already started")
+        self._weights, self._version, self._train = weights, version, train
+        try:
+            # Every engine launched before any is waited for: their starts overlap.
+            self.launch_early()
+            # The task's shared resources (a simulated user's engine) before its first episode.
+            self.env.start(start_frozen_engine)
+            for lane in range(self.num_engines):
+                self._launch(lane)
+        except BaseException:
+            self.close()
+            raise
+
+    def _launch(self, lane: int) -> None:
+        """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
+        engine = self.lanes.engine_up(lane, self._version)
+        if self._use_dedicated and self.dedicated is None:
+            sampling = {"temperature": self.temperature, "top_k": self.top_k, "pad_id": self.pad_id}
+            self.dedicated = DedicatedWorker(
+                self.model_path, **sampling, lora=self.rollout.lora, worker_factory=self.dedicated_worker_factory
+            )
+            self.dedicated.start(engine.loop)
+            self.dedicated.send_weights(self._weights, self._version)
+        engine.push_weights(self._weights, self._version)
+        self.buffer.set_trainer_version(self._version)
+        producer = RolloutProducer(
+            engine,
+            self.env,
+            self.episode_formats,
+            self.buffer,
+            group_size=self.group_size,
+            max_concurrent_groups=lane_share(self.rollout.max_concurrent_groups, lane, self.num_engines, minimum=1),
+            temperature=self.temperature,
+            top_k=self.top_k,
+            max_context=self.engine_config.max_model_len,
+            # Each lane, each restart and a resumed run (at its version) draw other instances than the first engine's.
+            seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane + 104_729 * self._version,
+            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
+            dedicated=self.dedicated,
+            env_failure_limit=self.rollout.env_failure_limit,
+            env_failure_window=self.rollout.env_failure_window,
+            group_ids=self._group_ids,
+            admits=lambda: self.lanes.router.admits(lane),
+        )
+        if lane == 0:
+            producer.resumed_groups, self._resumed = self._resumed, []
+        self.lanes.producer_up(lane, producer, self._train)
+
+    def _may_restart(self) -> bool:
+        # Not with the dedicated worker: it is tied to the dead engine's loop.
+        return self.engine_restarts < self.max_engine_restarts and self.dedicated is None
+
+    def _restart_engine(self, lane: int, reason: str) -> None:
+        """Replace a dead engine with a new one serving the latest published weights and version.
+
+        The episodes it was generating are lost: counted as produced and dropped ("lost"), so the
+        accounting holds, and generated again by the new engine's producer.
+        """
+        lost, in_flight_groups = self.lanes.take_down(lane)
+        # Its groups' reservations go back (a stopped producer's cancelled groups gave theirs back
+        # themselves; a dead loop's never ran to do so); the other engines' groups keep theirs.
+        self.buffer.release(in_flight_groups * self.group_size)
+        self.buffer.drop_produced(lost, "lost")
+        self.engine_restarts += 1
+        warnings.warn(
+            f"{self.lanes.name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
+            f"(restart {self.engine_restarts} of {config_key('rollout.engine_restarts')}={self.max_engine_restarts}; {lost} episodes in flight lost)",
+            stacklevel=2,
+        )
+        self._launch(lane)
+
+    def close(self) -> None:
+        dedicated, self.dedicated = self.dedicated, None
+        try:
+            # The dedicated worker after the producers (no more hand-offs), before the engines.
+            self.lanes.close(between=dedicated.stop if dedicated is not None else lambda: None)
+        finally:
+            # After the producers: no episode asks the task's user any more.
+            self.env.close()
+
+    # -- batches ----------------------------------------------------------------------------
+    def next_batch(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._restart_or_raise_if_dead()
+            try:
+                groups = self.buffer.take(self.groups_per_batch, timeout_s=min(self.liveness_poll_s, max(deadline - time.monotonic(), 0.0)))
+                break
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('rollout.batch_timeout_s')} "
+                        f"if generation is this slow); rollout stats: {self.stats()}"
+                    ) from None
+        return training_batch([t for group in groups for t in group], self.pad_id, self.task_names, self.temperature, self.top_k)
+
+    def _restart_or_raise_if_dead(self) -> None:
+        """A dead engine is replaced while `rollout.engine_restarts` allows; any other failure is raised."""
+        for lane, reason in self.lanes.dead_engines():
+            if self._may_restart():
+                self._restart_engine(lane, reason)
+        self._raise_if_dead()
+
+    def _raise_if_dead(self) -> None:
+        """Name the part that died, within one liveness poll of its death."""
+        if not self.started:
+            raise RolloutServiceError("the rollout service is not started (or already closed)")
+        # The engines first: when one dies, its producer's error is only its echo.
+        for lane, reason in self.lanes.dead_engines():
+            raise RolloutServiceError(f"{self.lanes.name(lane)} died: {reason}")
+        for producer in self.lanes.producers:
+            if producer is not None and producer.error is not None:
+                raise RolloutServiceError(f"rollout generation failed: {producer.error!r}") from producer.error
+        reason = self.dedicated.dead_reason() if self.dedicated is not None else None
+        if reason is not None:
+            raise RolloutServiceError(reason)
+
+    # -- held-out evaluation ------------------------------------------------------------------
+    def evaluate(self, instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
+        engines = self._engines()
+        self._raise_if_dead()
+        return self.evaluator.evaluate(engines, instances, samples, timeout_s)
+
+    # -- weights ----------------------------------------------------------------------------
+    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+        self.buffer.set_trainer_version(version)
+        if version % self.weight_sync_every != 0:
+            return {}
+        engines = self._engines()
+        if self.dedicated is not None:
+            # While paused, hand the worker every token of the outgoing version still unscored
+            # (partial turns included); the worker scores them before it loads `version`.
+            engine = engines[0]
+            engine.pause()
+
+            async def submit_outgoing() -> None:
+                self.dedicated.submit(self._unfinished_trajectories(0))
+
+            engine.run(submit_outgoing())
+            self.dedicated.send_weights(weights, version)
+        self._weights, self._version = weights, version
+        timings = {"write_s": 0.0, "pause_s": 0.0, "bytes": 0.0}
+        for lane, engine in enumerate(engines):
+            try:
+                pushed = engine.push_weights(weights, version)
+            except EngineDeadError as error:
+                if not self._may_restart():
+                    raise RolloutServiceError(f"{self.lanes.name(lane)}: {error}") from error
+                self._restart_engine(lane, str(error))  # the new engine starts with these weights
+                continue
+            # Engines are pushed one after another; each stands still only for its own push.
+            timings["write_s"] += pushed["write_s"]
+            timings["pause_s"] = max(timings["pause_s"], pushed["pause_s"])
+            timings["bytes"] = pushed["bytes"]  # every engine loads the same
+            if "moved_turns" in pushed:  # adapters as versions: turns in flight moved to the new adapter
+                timings["moved_turns"] = timings.get("moved_turns", 0.0) + pushed["moved_turns"]
+        return timings
+
+    def live_versions(self) -> list[int]:
+        return self.lanes.live_versions(self.buffer.trainer_version, self.buffer.oldest_pending_version())
+
+    # -- interruption-sync -----------------------------------------------------------------
+    def pause(self) -> None:
+        for engine in self._engines():
+            engine.pause()
+
+    def resume(self) -> None:
+        for engine in self.lanes.live_engines():
+            if engine.dead_reason() is None:
+                engine.resume()
+
+    def score_unscored(self, score_fn: ScoreFn, version: int) -> int:
+        """Collection and attachment run on each engine's loop, which owns its trajectories (the
+        pending ones go with the first engine); the forward runs on the caller's thread, with the
+        caller's weights."""
+        return sum(
+            score_unscored_on(
+                engine, lambda lane=lane: self._unfinished_trajectories(lane), score_fn, version, self.temperature, self.top_k, self.pad_id
+            )
+            for lane, engine in enumerate(self._engines())
+        )
+
+    def _unfinished_trajectories(self, lane: int) -> list[Trajectory]:
+        """Lane `lane`'s episodes being generated; lane 0 also takes the buffer's pending ones."""
+        producer = self.lanes.producers[lane]
+        active = list(producer.active) if producer is not None else []
+        return (self.buffer.pending_trajectories() if lane == 0 else []) + active
+
+    def _engines(self) -> list[Engine]:
+        if not self.started:
+            raise RolloutServiceError("the rollout service is not started (or already closed)")
+        return self.lanes.live_engines()
+
+    # -- statistics -------------------------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        return rollout_stats(self.buffer, self.lanes.producers, self.lanes.engines, self.engine_restarts, self.dedicated)

@@ -1,0 +1,251 @@
+"""The rollout side's settings, as users write them (`rollout.<key>` in Hydra, `data.rollout.<key>`
+in the Lightning CLI): one `RolloutConfig`, made of one settings class per concern.
+
+Each class checks its own values when it is made, so a bad value is refused naming its key before
+anything starts. `conf/rollout/async.yaml` holds the same keys with the same defaults (a test
+compares them): a new setting is a field here and a line there, nothing forwards it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.models.lora import LoRASettings
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.queue.group_filter import GroupFilter
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchSettings:
+    """What one training batch holds, how it is sampled, and how stale its tokens may be."""
+
+    #: "async" (generation never waits for training) or "sync" (each batch from the latest weights).
+    mode: Literal["async", "sync"] = "async"
+    #: Episodes of one instance, one advantage group (GRPO).
+    group_size: int = 8
+    #: Groups per training batch, over all training processes together.
+    groups_per_batch: int = 16
+    #: A group with a token more than this many versions behind the trainer is dropped as stale.
+    max_version_gap: int = 3
+    #: Most episodes pending or being generated; generation waits beyond it.
+    buffer_capacity: int = 256
+    #: Groups generated at once, over all engines.
+    max_concurrent_groups: int = 16
+    #: Weights are pushed to the engines every this many optimizer steps.
+    weight_sync_every: int = 1
+    #: Sampling; the trainer scores with the same values (they ride in each batch).
+    temperature: float = 1.0
+    top_k: int = -1
+    #: How long the trainer waits for a batch before failing loudly.
+    batch_timeout_s: float = 600.0
+
+    def check_batch(self) -> None:
+        for key in ("group_size", "groups_per_batch", "buffer_capacity", "max_concurrent_groups", "weight_sync_every"):
+            require_int(key, getattr(self, key), 1)
+        require_int("max_version_gap", self.max_version_gap, 0)
+        if self.group_size * self.groups_per_batch > self.buffer_capacity:
+            raise ValueError(
+                f"{config_key('rollout.buffer_capacity')}={self.buffer_capacity} is smaller than one batch "
+                f"({config_key('rollout.groups_per_batch')} * {config_key('rollout.group_size')} = "
+                f"{self.groups_per_batch * self.group_size} episodes)"
+            )
+        if self.mode not in ("async", "sync"):
+            raise ValueError(f"{config_key('rollout.mode')} must be 'async' or 'sync', got {self.mode!r}")
+        if self.mode == "sync" and self.weight_sync_every != 1:
+            raise ValueError(
+                f"{config_key('rollout.mode')}='sync' needs {config_key('rollout.weight_sync_every')}=1 (each batch from the latest weights)"
+            )
+        if not self.temperature > 0:
+            raise ValueError(f"{config_key('rollout.temperature')} must be > 0, got {self.temperature}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not (self.top_k == -1 or self.top_k >= 1):
+            raise ValueError(f"{config_key('rollout.top_k')} must be -1 (no top-k) or an integer >= 1, got {self.top_k!r}")
+        require_positive("batch_timeout_s", self.batch_timeout_s)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupFilterSettings:
+    """Which groups and episodes are trained on (`rollout/queue/group_filter.py`); both filters off by default."""
+
+    #: Drop a group whose advantages are all zero (every episode got the same reward) and fill the
+    #: batch from further groups (DAPO's dynamic sampling), counted as `rollout/dropped_zero_advantage`.
+    filter_zero_advantage: bool = False
+    #: At most this many such drops per training batch; past it a group without signal is trained on
+    #: as it is, counted as `rollout/zero_advantage_kept` (a task every group fails still trains).
+    max_zero_advantage_drops_per_batch: int = 16
+    #: Keep episodes cut by the context or the turn limit out of the loss (`rollout/masked_overlong`).
+    filter_overlong: bool = False
+
+    def check_group_filter(self) -> None:
+        for key in ("filter_zero_advantage", "filter_overlong"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{config_key('rollout.' + key)} must be true or false, got {getattr(self, key)!r}")
+        require_int("max_zero_advantage_drops_per_batch", self.max_zero_advantage_drops_per_batch, 0)
+
+    def group_filter(self) -> GroupFilter:
+        return GroupFilter(self.filter_zero_advantage, self.max_zero_advantage_drops_per_batch, self.filter_overlong)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """Each vLLM engine: precision, context, memory, logging, liveness, parallelism, weight route."""
+
+    #: "bfloat16" gives a real training-inference discrepancy against the fp32 trainer.
+    dtype: str = "float32"
+    #: Prompt plus every turn of an episode must fit.
+    max_model_len: int = 512
+    #: Share of memory each engine reserves for its KV cache (vLLM's gpu_memory_utilization; on CPU, of the RAM).
+    kv_cache_fraction: float = 0.2
+    #: Or a fixed size in GiB (vLLM's kv_cache_memory_bytes), used instead of the fraction when set.
+    kv_cache_gib: float | None = None
+    #: vLLM's own log level: ERROR keeps the progress bar clean (INFO shows every reload).
+    engine_log_level: str = "ERROR"
+    #: An engine with requests in flight that streams nothing for this long (outside a push) has stopped answering.
+    engine_stall_timeout_s: float = 120.0
+    #: vLLM's parallelism inside each engine (GPUs only): tensor shards and data-parallel replicas.
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    #: How each version's weights reach the engines: "auto", "file", "staged", "gloo", "nccl" or "ipc"
+    #: (`lit_asyncrl.rollout.weights.transfer.select_weight_transfer`).
+    weight_transfer: str = "auto"
+    #: With `weight_transfer="staged"`: of a full fine-tune's new tensors, only the elements whose
+    #: bits changed in the engine's dtype travel (`lit_asyncrl.rollout.weights.changed_elements`).
+    push_changed_elements: bool = False
+    #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): the
+    #: engines then take each version as an adapter (or merged weights, `push: merged`).
+    lora: LoRASettings = LoRASettings()
+
+    def check_engine(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{config_key('rollout.dtype')} must be one of {DTYPES}, got {self.dtype!r}")
+        require_int("max_model_len", self.max_model_len, 2)
+        if not 0.0 < self.kv_cache_fraction <= 1.0:
+            raise ValueError(f"{config_key('rollout.kv_cache_fraction')} must be in (0, 1], got {self.kv_cache_fraction}")
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
+            raise ValueError(f"{config_key('rollout.kv_cache_gib')} must be > 0 or null, got {self.kv_cache_gib}")
+        if str(self.engine_log_level).upper() not in LOG_LEVELS:
+            raise ValueError(f"{config_key('rollout.engine_log_level')} must be one of {LOG_LEVELS}, got {self.engine_log_level!r}")
+        require_positive("engine_stall_timeout_s", self.engine_stall_timeout_s)
+        require_int("tensor_parallel_size", self.tensor_parallel_size, 1)
+        require_int("data_parallel_size", self.data_parallel_size, 1)
+
+    def engine_config(self, seed: int, weight_transfer: str) -> EngineConfig:
+        """The engine's own settings, its weights sent by route `weight_transfer` (already chosen)."""
+        return EngineConfig(
+            dtype=self.dtype,
+            max_model_len=self.max_model_len,
+            kv_cache_fraction=self.kv_cache_fraction,
+            kv_cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * 2**30),
+            seed=seed,
+            log_level=self.engine_log_level,
+            stall_timeout_s=self.engine_stall_timeout_s,
+            tensor_parallel_size=self.tensor_parallel_size,
+            data_parallel_size=self.data_parallel_size,
+            weight_transfer=weight_transfer,
+            push_changed_elements=self.push_changed_elements,
+            lora=self.lora,
+            # The versions a request in flight may still run under, and the newest.
+            max_loras=self.max_version_gap + 2,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalSettings:
+    """Held-out evaluation at each validation."""
+
+    #: Held-out instances (fewer if the task's held-out split is smaller); never trained on.
+    eval_instances: int = 32
+    #: Sampled episodes per instance (n); one greedy episode is added.
+    eval_samples: int = 8
+    #: The k of avg@k and pass@k (pass@k: the unbiased estimator from n >= k samples).
+    eval_k: int = 4
+    #: Most seconds one validation chunk may take.
+    eval_timeout_s: float = 600.0
+
+    def check_eval(self) -> None:
+        for key in ("eval_instances", "eval_k", "eval_samples"):
+            require_int(key, getattr(self, key), 1)
+        if self.eval_samples < self.eval_k:
+            raise ValueError(
+                f"{config_key('rollout.eval_samples')}={self.eval_samples} must be >= "
+                f"{config_key('rollout.eval_k')}={self.eval_k} (pass@k needs n >= k samples)"
+            )
+        require_positive("eval_timeout_s", self.eval_timeout_s)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FailureSettings:
+    """What the run survives: failing episodes and dying or stalling engines."""
+
+    #: An episode the environment fails is dropped with that reason; above this share of failures
+    #: (timeouts included) over the last `env_failure_window` episodes the run stops.
+    env_failure_limit: float = 0.5
+    env_failure_window: int = 64
+    #: Times a dead or stalled engine is replaced by a new one with the latest weights and version
+    #: (its episodes in flight dropped as "lost") before the run stops; 0 = stop at once.
+    engine_restarts: int = 0
+    #: Checkpoints keep the finished episodes not yet trained, and a resumed run trains them (false:
+    #: they are dropped at the resume with the reason "restart" and generated anew).
+    checkpoint_pending: bool = True
+
+    def check_failures(self) -> None:
+        if not isinstance(self.checkpoint_pending, bool):
+            raise ValueError(f"{config_key('rollout.checkpoint_pending')} must be true or false, got {self.checkpoint_pending!r}")
+        if not 0.0 <= self.env_failure_limit <= 1.0:
+            raise ValueError(f"{config_key('rollout.env_failure_limit')} must be in [0, 1], got {self.env_failure_limit}")
+        require_int("env_failure_window", self.env_failure_window, 1)
+        require_int("engine_restarts", self.engine_restarts, 0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlacementSettings:
+    """How many engines, and where they (and the dedicated old-logit worker) run."""
+
+    #: vLLM engines generating side by side; a new group goes to the least loaded one.
+    num_engines: int = 1
+    #: "local" (started by this process) or "ray" (each a Ray actor; needs the `ray` extra).
+    placement: Literal["local", "ray"] = "local"
+    #: The Ray cluster to join ("auto", "ray://host:10001"); None starts a local Ray instance.
+    ray_address: str | None = None
+    #: Each actor's Ray resource request (fractions share a core or a GPU).
+    ray_cpus_per_engine: float = 1.0
+    ray_gpus_per_engine: float = 0.0
+
+    def check_placement(self) -> None:
+        require_int("num_engines", self.num_engines, 1)
+        if self.placement not in ("local", "ray"):
+            raise ValueError(f"{config_key('rollout.placement')} must be 'local' or 'ray', got {self.placement!r}")
+        if not self.ray_cpus_per_engine > 0 or self.ray_gpus_per_engine < 0:
+            raise ValueError(
+                f"{config_key('rollout.ray_cpus_per_engine')} must be > 0 and {config_key('rollout.ray_gpus_per_engine')} >= 0, "
+                f"got {self.ray_cpus_per_engine} and {self.ray_gpus_per_engine}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RolloutConfig(PlacementSettings, FailureSettings, EvalSettings, EngineSettings, GroupFilterSettings, BatchSettings):
+    """Every rollout setting (`rollout.<key>`), checked when made. (Bases in reverse: a dataclass
+    lists the last base's fields first, so the batch settings come first.)"""
+
+    def __post_init__(self) -> None:
+        self.check_batch()
+        self.check_group_filter()
+        self.check_engine()
+        self.check_eval()
+        self.check_failures()
+        self.check_placement()
+
+
+def require_int(key: str, value: object, minimum: int) -> None:
+    """`rollout.<key>` must be a whole number >= minimum (a YAML 1.5 or true is a typo, not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{config_key('rollout.' + key)} must be an integer >= {minimum}, got {value!r}")
+
+
+def require_positive(key: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{config_key('rollout.' + key)} must be > 0, got {value!r}")

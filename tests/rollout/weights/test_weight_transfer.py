@@ -1,0 +1,164 @@
+"""Which weight-transfer route a configuration selects, what vLLM is told, and what is sent (no engine starts)."""
+
+import pytest
+import torch
+
+from lit_asyncrl.rollout.engine.settings import EngineConfig, engine_args
+from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient, WeightSender, select_weight_transfer, weights_for_engine
+from tests.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "placement", "processes", "route"),
+    [
+        ("auto", "cpu", "local", 1, "file"),  # the engine stands still for less of the push
+        ("auto", "cpu", "ray", 2, "file"),
+        ("auto", "cuda", "local", 1, "ipc"),  # one trainer beside its engine on one GPU
+        ("auto", "cuda", "local", 2, "nccl"),  # DDP: only rank 0 pushes, IPC would wait for the others
+        ("auto", "cuda", "ray", 1, "nccl"),  # an actor may sit on another GPU or node
+        ("file", "cpu", "local", 1, "file"),
+        ("file", "cuda", "ray", 4, "file"),
+        ("staged", "cpu", "local", 1, "staged"),
+        ("staged", "cpu", "local", 2, "staged"),  # DDP: rank 0 stages for its engines
+        ("gloo", "cuda", "local", 1, "gloo"),
+        ("nccl", "cuda", "local", 2, "nccl"),
+        ("ipc", "cuda", "local", 1, "ipc"),
+    ],
+)
+def test_the_route_each_configuration_selects(requested, device, placement, processes, route):
+    assert select_weight_transfer(requested, device, placement, processes) == route
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "placement", "processes", "message"),
+    [
+        (
+            "nccl",
+            "cpu",
+            "local",
+            1,
+            r"rollout.weight_transfer=nccl needs CUDA GPUs \(this machine's vLLM platform is 'cpu'\); use gloo or file",
+        ),
+        ("ipc", "cpu", "local", 1, r"rollout.weight_transfer=ipc needs CUDA GPUs"),
+        ("ipc", "cuda", "ray", 1, r"with rollout.placement=ray use nccl"),
+        ("ipc", "cuda", "local", 2, r"rollout.weight_transfer=ipc with 2 trainer processes: only rank 0 pushes weights here; use nccl"),
+        ("shm", "cpu", "local", 1, r"rollout.weight_transfer='shm': choose one of auto, file, staged, gloo, nccl, ipc"),
+        (
+            "staged",
+            "cuda",
+            "local",
+            1,
+            r"rollout.weight_transfer=staged packs weights for vLLM's CPU kernels in a local engine .*'cuda'.*; use file",
+        ),
+        ("staged", "cpu", "ray", 1, r"rollout.weight_transfer=staged .* rollout.placement=ray\); use file"),
+    ],
+)
+def test_impossible_routes_are_refused_naming_the_key(requested, device, placement, processes, message):
+    with pytest.raises(ValueError, match=message):
+        select_weight_transfer(requested, device, placement, processes)
+
+
+def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_files():
+    for route in ("gloo", "nccl", "ipc"):
+        args = engine_args("model", EngineConfig(weight_transfer=route, tensor_parallel_size=2), "cuda")
+        assert args.weight_transfer_config.backend == route
+        assert args.tensor_parallel_size == 2
+    assert engine_args("model", EngineConfig(), "cpu").weight_transfer_config is None
+
+
+def test_the_trainer_opens_a_group_for_itself_and_every_engine_worker():
+    from lit_asyncrl.rollout.weights.gloo import GlooTrainerInitInfo  # imports vLLM: not at collection
+
+    sender = WeightSender("gloo", torch.float32, engine_workers=EngineConfig(tensor_parallel_size=2, data_parallel_size=3).engine_workers())
+    info = sender.init_info()
+    assert isinstance(info, GlooTrainerInitInfo) and info.backend == "gloo"
+    assert (info.rank, info.is_sender, info.world_size, info.master_address) == (0, True, 7, "127.0.0.1")
+    assert 0 < info.master_port < 65536
+
+
+def test_nccl_and_ipc_get_vllms_own_trainer_init_info():
+    from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+    nccl = WeightSender("nccl", torch.bfloat16, engine_workers=4, address="10.0.0.2").init_info()
+    assert isinstance(nccl, NCCLTrainerInitInfo)
+    assert (nccl.rank, nccl.world_size, nccl.master_address) == (0, 5, "10.0.0.2")
+    ipc = WeightSender("ipc", torch.bfloat16, engine_workers=1).init_info()
+    assert isinstance(ipc, IPCTrainerInitInfo) and ipc.rank == 0
+
+
+def test_the_engine_gets_its_own_dtype_and_a_tied_embedding_once_as_the_head():
+    embedding = torch.randn(5, 3)
+    # A tied model's state dict names its one tensor twice; it travels once, under the head's name.
+    tied = weights_for_engine(
+        {"model.embed_tokens.weight": embedding, "lm_head.weight": embedding, "model.norm.weight": torch.ones(3)}, torch.bfloat16
+    )
+    assert sorted(tied) == ["lm_head.weight", "model.norm.weight"]
+    assert all(tensor.dtype == torch.bfloat16 for tensor in tied.values())
+    assert torch.equal(tied["lm_head.weight"], embedding.to(torch.bfloat16))
+    # A state dict without the head (the embedding stands for it) and a view of the same storage.
+    assert list(weights_for_engine({"model.embed_tokens.weight": embedding}, torch.float32)) == ["lm_head.weight"]
+    assert list(weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.view(5, 3)}, torch.float32)) == [
+        "lm_head.weight"
+    ]
+    head = torch.randn(5, 3)
+    untied = weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": head}, torch.float32)
+    assert sorted(untied) == ["lm_head.weight", "model.embed_tokens.weight"]  # an untied head: both travel
+    assert untied["lm_head.weight"].data_ptr() == head.data_ptr()  # same dtype: no copy, and its own head kept
+    assert untied["model.embed_tokens.weight"].data_ptr() == embedding.data_ptr()
+    # Equal values in two storages are two parameters, not a tie.
+    assert len(weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.clone()}, torch.float32)) == 2
+
+
+def test_the_weight_source_declares_what_it_yields():
+    sender = WeightSender("gloo", torch.bfloat16, engine_workers=1)
+    sender.source.set({"a.weight": torch.ones(2, 3), "b.bias": torch.zeros(4)})
+    meta = sender.source.metadata()
+    assert [(m.name, m.dtype, m.shape) for m in meta] == [("a.weight", torch.bfloat16, (2, 3)), ("b.bias", torch.bfloat16, (4,))]
+    assert [(name, tuple(t.shape), t.dtype) for name, t in sender.source] == [
+        ("a.weight", (2, 3), torch.bfloat16),
+        ("b.bias", (4,), torch.bfloat16),
+    ]
+
+
+def test_pack_plan_cuts_at_dtype_changes_and_the_size_limit():
+    from lit_asyncrl.rollout.weights.gloo import pack_plan
+
+    f32, bf16 = torch.float32, torch.bfloat16
+    dtypes, shapes = [f32, f32, bf16, f32], [[2, 3], [4], [5], [1]]
+    # 24 + 16 bytes fit in 40; the bf16 tensor starts a buffer, and so does the f32 one after it.
+    assert pack_plan(dtypes, shapes, limit_bytes=40) == [[0, 1], [2], [3]]
+    assert pack_plan(dtypes, shapes, limit_bytes=39) == [[0], [1], [2], [3]]
+    assert pack_plan([f32], [[100]], limit_bytes=10) == [[0]]  # a larger tensor travels alone
+    assert pack_plan([], []) == []
+
+
+def test_the_engine_client_is_a_vllm_weight_sync_client():
+    from vllm.distributed.weight_transfer.base import VLLMWeightSyncClient
+
+    calls = []
+
+    class RecordingLLM:
+        async def init_weight_transfer_engine(self, request):
+            calls.append(("init", request.init_info))
+
+        async def start_weight_update(self):
+            calls.append(("start",))
+
+        async def update_weights(self, request):
+            calls.append(("update", request.update_info))
+
+        async def finish_weight_update(self, weight_version=None):
+            calls.append(("finish", weight_version))
+
+    import asyncio
+
+    client = EngineWeightSyncClient(asyncio.run, RecordingLLM())
+    assert isinstance(client, VLLMWeightSyncClient)
+    client.init_weight_transfer_engine({"world_size": 2})
+    client.start_weight_update()
+    client.update_weights({"names": ["a"]})
+    client.finish_weight_update("3")
+    assert calls == [("init", {"world_size": 2}), ("start",), ("update", {"names": ["a"]}), ("finish", "3")]
