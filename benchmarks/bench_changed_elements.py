@@ -61,7 +61,7 @@ def measure(model_path: str, dtype: str, lr: float, steps: int, batch: int, leng
                 elapsed = time.perf_counter() - started
                 if step > 1:
                     for key in ("bytes", "write_s", "pause_s"):
-                        timings[route][key].append(pushed[key])
+                        timings[route][key].append(getattr(pushed, key))
                     timings[route]["push_s"].append(elapsed)
             model.eval()
             for route, engine in engines.items():

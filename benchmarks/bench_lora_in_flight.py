@@ -39,7 +39,7 @@ def one_round(engine: VLLMEngine, adapter: dict, version: int, turns: int, token
             break
         version += 1
         engine.pause()
-        moved += engine.push_weights({name: tensor + 0.01 * version for name, tensor in adapter.items()}, version).get("moved_turns", 0)
+        moved += engine.push_weights({name: tensor + 0.01 * version for name, tensor in adapter.items()}, version).moved_turns or 0
         pushes += 1
     outputs = pending.result()
     seconds = time.perf_counter() - start

@@ -64,9 +64,9 @@ def measure(name: str, path, repeats: int, warmup: int, written_layers: int | No
                 pushed = engines[route].push_weights(state, version=round_ + 1)
                 if round_ >= warmup:
                     timings[route]["push_s"].append(time.perf_counter() - started)
-                    timings[route]["write_s"].append(pushed["write_s"])
-                    timings[route]["pause_s"].append(pushed["pause_s"])
-                    timings[route]["bytes"].append(pushed["bytes"])
+                    timings[route]["write_s"].append(pushed.write_s)
+                    timings[route]["pause_s"].append(pushed.pause_s)
+                    timings[route]["bytes"].append(pushed.bytes)
             started = time.perf_counter()
             torch._foreach_copy_(buffers, tensors)
             if round_ >= warmup:

@@ -30,6 +30,30 @@ from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
 MAYBE_ABSENT = ("fidelity/version_drift_",)
 
 
+@dataclasses.dataclass(frozen=True)
+class StepOutcome:
+    """What one training step computed, for its logs (`AsyncRLModule._log_step`).
+
+    Attributes:
+        loss: the step's loss (the policy loss less the entropy bonus).
+        entropy: the policy's mean entropy over the batch's policy tokens.
+        version_gap: [B, T] the trainer's version less each policy token's version (0 elsewhere).
+        ref_logprobs: [B, T] the reference source's log pi_ref; None without one.
+        loss_metrics: the loss strategy's own statistics (logged as `train/<key>`).
+        fidelity: the fidelity shadow's metrics (`fidelity/*`); empty without it.
+        step_s: wall time since the previous step started; None for the first step after the start
+            or after a held-out evaluation.
+    """
+
+    loss: torch.Tensor
+    entropy: torch.Tensor
+    version_gap: torch.Tensor
+    ref_logprobs: torch.Tensor | None
+    loss_metrics: dict[str, float]
+    fidelity: dict[str, float]
+    step_s: float | None
+
+
 class AsyncRLModule(L.LightningModule):
     """Policy-gradient training on version-tagged rollouts.
 
@@ -184,7 +208,16 @@ class AsyncRLModule(L.LightningModule):
             entropy_bonus = entropy_bonus * self._global_batch_scale(loss_mask, "token_mean")
         loss = policy_loss - entropy_bonus
         self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
-        self._log_step(batch, out.metrics, fidelity, version_gap, entropy, loss, ref_logprobs, step_s)
+        outcome = StepOutcome(
+            loss=loss,
+            entropy=entropy,
+            version_gap=version_gap,
+            ref_logprobs=ref_logprobs,
+            loss_metrics=out.metrics,
+            fidelity=fidelity,
+            step_s=step_s,
+        )
+        self._log_step(batch, outcome)
         return loss
 
     def _global_batch_scale(self, valid: torch.Tensor, aggregation: str) -> torch.Tensor | float:
@@ -216,26 +249,17 @@ class AsyncRLModule(L.LightningModule):
     def on_validation_end(self) -> None:
         self._last_step_start = None  # the next step's wall time must not include the evaluation
 
-    def _log_step(
-        self,
-        batch: dict,
-        loss_metrics: dict[str, float],
-        fidelity: dict[str, float],
-        version_gap: torch.Tensor,
-        entropy: torch.Tensor,
-        loss: torch.Tensor,
-        ref_logprobs: torch.Tensor | None,
-        step_s: float | None,
-    ) -> None:
+    def _log_step(self, batch: dict, outcome: StepOutcome) -> None:
         size = batch["input_ids"].shape[0]
-        gaps = version_gap[batch["loss_mask"]].float()
+        step_s = outcome.step_s
+        gaps = outcome.version_gap[batch["loss_mask"]].float()
         # A torchmetrics mean: averaged over ranks under DDP, weighted by episodes.
         self.task_success(batch["success"])
         self.log("train/task_success", self.task_success, on_step=True, on_epoch=False, batch_size=size)
         metrics = {
             "train/reward": batch["rewards"].mean().item(),
-            "train/loss": loss.item(),
-            "train/entropy": entropy.item(),
+            "train/loss": outcome.loss.item(),
+            "train/entropy": outcome.entropy.item(),
             "train/version_gap_mean": gaps.mean().item() if gaps.numel() else 0.0,
             "train/version_gap_max": gaps.max().item() if gaps.numel() else 0.0,
             "train/policy_tokens": float(gaps.numel()),
@@ -244,10 +268,10 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
-        metrics.update(_reference_gap_metrics(ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], version_gap))
+        metrics.update(_reference_gap_metrics(outcome.ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], outcome.version_gap))
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
-        metrics.update({f"train/{key}": float(value) for key, value in loss_metrics.items()})
-        metrics.update(fidelity)
+        metrics.update({f"train/{key}": float(value) for key, value in outcome.loss_metrics.items()})
+        metrics.update(outcome.fidelity)
         # A version-gap bucket with no tokens in a step (or a mixture's task with no episode, or a
         # drift whose previous version is gone) must be absent from that step's row, but `self.log`
         # repeats a key's last value at every later step: these go to the loggers directly.
@@ -276,7 +300,9 @@ class AsyncRLModule(L.LightningModule):
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")  # every rank holds part of the batch
         return {f"train/{name}/task_success": won / played for name, won, played in zip(names, *totals.tolist()) if played > 0}
 
-    def _warn_if_reference_is_silently_current(self, ref_logprobs, logprobs, version_gap, loss_mask) -> None:
+    def _warn_if_reference_is_silently_current(
+        self, ref_logprobs: torch.Tensor | None, logprobs: torch.Tensor, version_gap: torch.Tensor, loss_mask: torch.Tensor
+    ) -> None:
         """Peers' users ask for this: old log-probs that are really the current weights (r_s == 1)."""
         if self._warned_silent_reference or ref_logprobs is None or self.reference.exact or self.reference.may_equal_current:
             return

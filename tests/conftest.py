@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
-from tests.leftovers import left_behind, listing
+from tests.support.leftovers import left_behind, listing
 
 # The tiny policy's `model_path` and `tokenizer` fixtures, for every test folder.
 pytest_plugins = ["tests.support.tiny_policy"]

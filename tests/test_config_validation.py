@@ -194,7 +194,7 @@ def test_malformed_configuration_is_refused_before_anything_starts(overrides, fr
     import threading
 
     from lit_asyncrl.train import build
-    from tests.test_configs import compose_train
+    from tests.support.configs import compose_train
 
     start = time.monotonic()
     with pytest.raises(Exception) as raised:
@@ -222,7 +222,7 @@ def _causes(error: BaseException):
 
 def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built(tmp_path):
     from lit_asyncrl.train import build
-    from tests.test_configs import compose_train
+    from tests.support.configs import compose_train
 
     with pytest.raises(ValueError, match="stage=validate evaluates a checkpoint: set ckpt_path"):
         build(compose_train(["stage=validate", f"hydra.run.dir={tmp_path}"]))

@@ -6,14 +6,11 @@ from pathlib import Path
 
 import lightning as L
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lit_asyncrl.cli import AsyncRLCLI
 from lit_asyncrl.cli_configs import hydra_runs, render
-from lit_asyncrl.config_dir import config_dir
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.losses import available_losses, loss_class
 from lit_asyncrl.models.lora import LoRASettings
@@ -21,20 +18,13 @@ from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import available_references, build_reference
 from lit_asyncrl.rollout.settings import RolloutConfig
 from lit_asyncrl.train import build
-from tests.xdist_groups import grouped_by_imports
+from tests.support.configs import CONFIG_DIR, compose_train
+from tests.support.xdist_groups import grouped_by_imports
 
-CONFIG_DIR = config_dir()
 EXPERIMENTS = sorted(path.stem for path in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
 LOSSES = sorted(path.stem for path in (Path(CONFIG_DIR) / "loss").glob("*.yaml"))
-#: Written by hand from the paper's Table 1 and DESIGN.md, not read from the code.
+#: Written by hand from the paper's Table 1 and docs/method.md (section 6), not read from the code.
 EXACT_REFERENCES = {"snapshot", "interrupt_sync", "dedicated"}
-
-
-def compose_train(overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # lets ${hydra:...} resolve outside @hydra.main
-        return cfg
 
 
 def test_every_registered_loss_has_a_config():
@@ -247,8 +237,9 @@ def test_the_datamodule_takes_the_rollout_settings_whole():
 
 
 def test_ppo_ewma_is_the_papers_method_with_beta_from_the_staleness_window(tmp_path):
-    from tests.unit.lightning_helpers import make_trainer
-    from tests.unit.test_training_step import FakeRollouts, ListDataModule, all_version, make_batch
+    from tests.support.batches import all_version, make_batch
+    from tests.support.fakes import FakeRollouts
+    from tests.support.lightning import ListDataModule, make_trainer
 
     cfg = compose_train(["experiment=ppo_ewma", "rollout.max_version_gap=3", f"hydra.run.dir={tmp_path}"])
     assert cfg.reference.beta is None  # no fixed decay: W/(W+2)

@@ -20,8 +20,8 @@ import torch
 
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.train import build
-from tests.test_configs import compose_train
-from tests.xdist_groups import grouped_by_imports
+from tests.support.configs import compose_train
+from tests.support.xdist_groups import grouped_by_imports
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: The README and every page of docs/ (the findings' sweeps, the benchmarks' runs, scaling out).

@@ -46,7 +46,7 @@ def test_the_example_task_plays_as_written(user_dir):
 
 def test_hydra_builds_a_run_on_the_example_task_from_a_config_dir_of_ones_own(user_dir, tmp_path):
     from lit_asyncrl.train import build
-    from tests.test_configs import compose_train
+    from tests.support.configs import compose_train
 
     run_dir = tmp_path / "run"
     searchpath = f"hydra.searchpath=[file://{user_dir / 'my_conf'}]"  # what --config-dir my_conf adds

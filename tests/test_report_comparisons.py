@@ -11,7 +11,7 @@ import pytest
 
 from lit_asyncrl.report.comparisons import welch
 from lit_asyncrl.report.main import main as report_main
-from tests.test_report import table_rows, write_run
+from tests.support.report_runs import table_rows, write_run
 
 
 def held_out_runs(root: Path, experiment: str, scores: list[tuple[float, float]]) -> None:

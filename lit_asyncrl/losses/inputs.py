@@ -1,6 +1,6 @@
 """The tensors a loss strategy reads and the result it returns.
 
-Notation follows ``reference/paper-missing-old-logits.md`` (Sec. 3.2): ``pi_theta`` is the policy being
+Notation follows docs/method.md (the paper's Sec. 3.2): ``pi_theta`` is the policy being
 optimised, ``mu_old`` the inference-side distribution that sampled the token, ``pi_ref`` the training-side
 reference (exact old logits, async recompute or EWMA) and ``n`` the token's version gap.
 """

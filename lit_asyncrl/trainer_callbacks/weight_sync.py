@@ -64,14 +64,14 @@ class EngineWeightSync(ServiceCallback):
     ) -> None:
         if self.rollouts is None:
             return
-        timings = self.rollouts.publish_weights(self._weights(pl_module), trainer.global_step)
-        if timings:
-            pl_module.log("rollout/weight_push_s", timings["write_s"] + timings["pause_s"], batch_size=1)
-            pl_module.log("rollout/engine_pause_s", timings["pause_s"], batch_size=1)
+        pushed = self.rollouts.publish_weights(self._weights(pl_module), trainer.global_step)
+        if pushed is not None:
+            pl_module.log("rollout/weight_push_s", pushed.write_s + pushed.pause_s, batch_size=1)
+            pl_module.log("rollout/engine_pause_s", pushed.pause_s, batch_size=1)
             # What one engine loaded for this version (each engine loads the same).
-            pl_module.log("rollout/weight_push_bytes", timings["bytes"], batch_size=1)
-            if "moved_turns" in timings:  # `model.lora.in_flight`
-                pl_module.log("rollout/moved_turns", timings["moved_turns"], batch_size=1)
+            pl_module.log("rollout/weight_push_bytes", float(pushed.bytes), batch_size=1)
+            if pushed.moved_turns is not None:  # `model.lora.in_flight`
+                pl_module.log("rollout/moved_turns", float(pushed.moved_turns), batch_size=1)
 
     def _weights(self, pl_module: L.LightningModule) -> Mapping[str, torch.Tensor]:
         return engine_weights(functools.reduce(getattr, self.module_attr.split("."), pl_module), self.lora)

@@ -13,11 +13,12 @@ from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
 from lit_asyncrl.rollout.episodes.formats import PlainFormat
-from lit_asyncrl.rollout.episodes.runner import play_instance
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_instance
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory, task_columns
 from lit_asyncrl.rollout.serving.instances import held_out_instances, training_instance
 from lit_asyncrl.warm_start import demonstration_trajectories
-from tests.rollout.episodes.test_episode_format import ids, scripted_engine
+from tests.support.scripted_engine import ids, scripted_engine
 
 
 def two_tasks(**weights) -> TaskMix:
@@ -81,10 +82,8 @@ def test_each_task_plays_in_its_own_format_with_its_own_stop_text():
     engine = scripted_engine(tokenizer, ["3;", "7;"])  # secret 7: H after 3, W after 7
     caller = EnvCaller(max_workers=1)
     try:
-        coroutine = play_instance(
-            engine, mix, formats, MixInstance("guess", 7), Trajectory(group_id=0),
-            call_env=caller, temperature=1.0, top_k=-1, max_context=512,
-        )  # fmt: skip
+        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=512)
+        coroutine = play_instance(engine, mix, formats, MixInstance("guess", 7), Trajectory(group_id=0), settings)
         trajectory = engine.run(coroutine, timeout_s=30)
     finally:
         caller.close()

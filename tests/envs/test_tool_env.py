@@ -12,7 +12,7 @@ import pytest
 from lit_asyncrl.envs.tools import AssistantTurn, Grade, Tool, ToolCall, ToolEnv, as_tool
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.episodes.tool_calls import ToolCallParser
-from tests.xdist_groups import imports_vllm
+from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 

@@ -1,7 +1,8 @@
 """Run by `test_scale_out.py` in a process of its own, on a Ray instance this process starts: an
-engine in a Ray actor keeps the engine protocol with its weights pushed over vLLM's weight-transfer
-API (gloo, through vLLM's Ray client), and the dedicated old-logit worker in a Ray actor scores the
-engine's tokens exactly; then the process waits to be killed outright, both actors still up.
+engine in a Ray actor keeps the engine protocol on each route an actor's engine takes (its weights
+pushed over vLLM's weight-transfer API, gloo through vLLM's Ray client, or through Ray's object
+store), and the dedicated old-logit worker in a Ray actor scores the engine's tokens exactly; then
+the process waits to be killed outright, the actors still up.
 
     python -m tests.integration.ray_contract_run
 """
@@ -17,13 +18,14 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.ray_actors.dedicated_worker import DedicatedWorkerActor
 from lit_asyncrl.rollout.ray_actors.engine import RayEngine
 from lit_asyncrl.rollout.ray_actors.placement import RayPlacement
 from lit_asyncrl.rollout.records import Trajectory
-from tests.integration.conftest import SMALL_KV_CACHE_BYTES
 from tests.integration.engine_contract import check_engine_contract
+from tests.support.small_engines import SMALL_KV_CACHE_BYTES
 
 #: Printed once every check held; the test kills this process when it reads it.
 KEPT = "the Ray actors kept their promises"
@@ -53,7 +55,10 @@ def check_dedicated_actor_scores_exactly(
     trajectory.extend_context([1])
     trajectory.extend_policy(turn.token_ids, turn.logprobs, turn.versions)
     worker = DedicatedWorker(
-        model_path, temperature=1.0, top_k=-1, pad_id=0, worker_factory=functools.partial(DedicatedWorkerActor, placement=placement)
+        model_path,
+        sampling=SamplingSettings(temperature=1.0, top_k=-1),
+        pad_id=0,
+        worker_factory=functools.partial(DedicatedWorkerActor, placement=placement),
     )
     worker.start(engine.loop)
     worker.send_weights(weights, engine.version)
@@ -71,12 +76,16 @@ def check_dedicated_actor_scores_exactly(
 if __name__ == "__main__":
     model_path = str(resolve_model_path(None))
     placement = RayPlacement(num_cpus=0.5)
-    config = EngineConfig(max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, weight_transfer="gloo")
-    engine = RayEngine(model_path, config, placement)
-    engine.start()
     weights = perturbed_weights(model_path)
-    check_engine_contract(engine, weights)  # pushes `weights` as the next version
-    check_dedicated_actor_scores_exactly(engine, weights, model_path, placement)
+    # Every route an engine in an actor takes: vLLM's weight-transfer API from this process
+    # (`TransferRoute`), and the tensors through Ray's object store to the actor's engine (`ActorRoute`).
+    engines = {}
+    for route in ("gloo", "file"):
+        config = EngineConfig(max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, weight_transfer=route)
+        engines[route] = RayEngine(model_path, config, placement)
+        engines[route].start()
+        check_engine_contract(engines[route], weights)  # pushes `weights` as the next version
+    check_dedicated_actor_scores_exactly(engines["gloo"], weights, model_path, placement)
     print(KEPT, flush=True)
     time.sleep(600)  # killed here, the actors and the Ray instance still up
     sys.exit(1)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
-from tests.integration.conftest import small_async_service
-from tests.integration.runs import SMALL_KV_CACHE, SMALL_KV_CACHE_GIB, SMALL_RUN, run_command, run_hydra
+from tests.support.runs import SMALL_KV_CACHE, SMALL_KV_CACHE_GIB, SMALL_RUN, run_command, run_hydra
+from tests.support.small_engines import small_async_service
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_agentic")]

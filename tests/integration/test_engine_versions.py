@@ -13,9 +13,9 @@ from lit_asyncrl.models.lora import merged_weights
 from lit_asyncrl.rollout.engine.settings import EngineConfig, engine_core_environment, vllm_config
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
-from tests.integration.conftest import SMALL_KV_CACHE_BYTES, started_engine
 from tests.integration.engine_contract import check_engine_contract
-from tests.unit.test_lora import adapted
+from tests.support.lora import adapted
+from tests.support.small_engines import SMALL_KV_CACHE_BYTES, started_engine
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_engine_versions")]
@@ -133,7 +133,7 @@ def test_the_engine_is_one_process_a_child_of_this_one(head_engine):
 
 def test_the_engine_config_forks_the_engine_core_unless_vllms_start_method_says_spawn(head_engine, monkeypatch):
     def environment():
-        made = vllm_config(head_engine.model_path, head_engine.config, "cpu")
+        made = vllm_config(head_engine.model_path, head_engine.config, "cpu", route_arguments={})
         return engine_core_environment(head_engine.config, made)
 
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
@@ -184,12 +184,12 @@ def test_only_the_tensors_written_since_the_last_push_travel(head_engine, head_m
     pushed = head_engine.push_weights(model.state_dict(), version=head_engine.version + 1)
     # Layer 1 of the tiny policy: q, k, v, o, gate, up, down, the q/k norms and the two layer norms, fp32.
     layer_1 = 128 * 128 + 64 * 128 + 64 * 128 + 128 * 128 + 3 * 256 * 128 + 64 + 64 + 128 + 128
-    assert pushed["bytes"] == 4 * layer_1 == 591_360
+    assert pushed.bytes == 4 * layer_1 == 591_360
     turn = head_engine.run(head_engine.generate([1], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
     assert turn.versions == [head_engine.version] * 40
     assert (trainer_logprobs(model, [1], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4
     # Nothing written since: nothing travels, and the tokens after it carry the new label.
-    assert head_engine.push_weights(model.state_dict(), version=head_engine.version + 1)["bytes"] == 0
+    assert head_engine.push_weights(model.state_dict(), version=head_engine.version + 1).bytes == 0
     turn = head_engine.run(head_engine.generate([1], max_tokens=4, temperature=0.8, ignore_eos=True), timeout_s=60)
     assert turn.versions == [head_engine.version] * 4
 
@@ -207,7 +207,7 @@ def test_a_merged_adapter_on_some_projections_reaches_the_engine_whole(head_engi
                 parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
     pushed = head_engine.push_weights(merged_weights(policy), version=head_engine.version + 1)
     # Per layer: q 128x128, k and v 64x128; two layers, fp32.
-    assert pushed["bytes"] == 4 * 2 * (128 * 128 + 2 * 64 * 128) == 262_144
+    assert pushed.bytes == 4 * 2 * (128 * 128 + 2 * 64 * 128) == 262_144
     turn = head_engine.run(head_engine.generate([1], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
     assert (trainer_logprobs(policy, [1], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4
 
@@ -223,12 +223,12 @@ def test_a_full_fine_tunes_changed_elements_alone_reach_a_staged_engine(tiny_mod
     try:
         model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
         parameters = {id(p): p for p in model.parameters()}.values()  # the tied embedding once
-        assert engine.push_weights(model.state_dict(), version=1)["bytes"] == 4 * sum(p.numel() for p in parameters)
+        assert engine.push_weights(model.state_dict(), version=1).bytes == 4 * sum(p.numel() for p in parameters)
         with torch.no_grad():  # in place, as an optimizer step writes: 10 of the final norm's 128, 20 of the embedding's
             model.model.norm.weight[:10] += 1.0
             model.model.embed_tokens.weight[3, :20] += 0.5
         pushed = engine.push_weights(model.state_dict(), version=2)
-        assert pushed["bytes"] == (10 + 20) * (4 + 4)  # an int32 index and an fp32 value each
+        assert pushed.bytes == (10 + 20) * (4 + 4)  # an int32 index and an fp32 value each
         turn = engine.run(engine.generate([1, 3], max_tokens=40, temperature=0.8, ignore_eos=True), timeout_s=60)
         assert turn.versions == [2] * 40
         assert (trainer_logprobs(model, [1, 3], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4

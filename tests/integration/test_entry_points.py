@@ -5,7 +5,7 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from tests.integration.runs import SMALL_KV_CACHE_GIB, SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
+from tests.support.runs import SMALL_KV_CACHE_GIB, SMALL_RUN, read_rows, read_warm_start, run_command, run_hydra
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_entry_points")]

@@ -8,6 +8,7 @@ import torch
 from asyncrl_callbacks import SnapshotRetention
 from transformers import AutoModelForCausalLM
 
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.old_logits.scoring import attach, collect_unscored, model_score_fn, score_requests
 from lit_asyncrl.rollout.records import Trajectory, collate
@@ -63,7 +64,7 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
     snapshots = SnapshotRetention(max_staleness=3)
     snapshots.save_version(base, models[0])
     engine.push_weights(models[0].state_dict(), version=base)
-    dedicated = DedicatedWorker(tiny_model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0)
+    dedicated = DedicatedWorker(tiny_model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0)
     dedicated.start(engine.loop)
     dedicated.send_weights(models[0].state_dict(), base)
 
@@ -169,8 +170,8 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     from lit_asyncrl.models.lora import LoRASettings, adapter_weights
     from lit_asyncrl.rollout.engine.settings import EngineConfig
     from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
-    from tests.integration.conftest import SMALL_KV_CACHE_BYTES
-    from tests.unit.test_lora import adapted
+    from tests.support.lora import adapted
+    from tests.support.small_engines import SMALL_KV_CACHE_BYTES
 
     model_path = request.getfixturevalue("tiny_model_path") if model_name == "tiny" else resolve_model_path(model_name)
     turn_tokens, tokens_per_version, adapter_bytes = ADAPTED_MODELS[model_name]
@@ -181,7 +182,7 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     config = EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, lora=settings, max_loras=4)
     engine = VLLMEngine(model_path, config)
     engine.start()
-    dedicated = DedicatedWorker(model_path, temperature=TEMPERATURE, top_k=-1, pad_id=0, lora=settings)
+    dedicated = DedicatedWorker(model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0, lora=settings)
     try:
         snapshots = SnapshotRetention(max_staleness=3)
 
@@ -192,7 +193,7 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
             return engine.push_weights(adapters[version - 1], version=version)
 
         dedicated.start(engine.loop)
-        assert publish(1)["bytes"] == adapter_bytes
+        assert publish(1).bytes == adapter_bytes
         trajectory, dedicated_trajectory = Trajectory(group_id=0), Trajectory(group_id=0)
         for record in (trajectory, dedicated_trajectory):
             record.extend_context([1])

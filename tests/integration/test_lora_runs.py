@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
-from tests.integration.runs import read_rows, run_hydra
-from tests.integration.test_reference_runs import STALE_RUN, check_exact_route
+from tests.support.reference_checks import check_exact_route
+from tests.support.runs import STALE_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
 LORA_RUN = ["experiment=snapshot", "model.lora.rank=8", *[o for o in STALE_RUN if not o.startswith("trainer.max_steps")]]
@@ -89,7 +89,7 @@ def test_interrupt_sync_and_the_dedicated_worker_with_adapters_are_exact_in_real
     # version's tokens all exist when its adapter leaves: interruption-sync scores them with the live
     # adapter before the step, the dedicated worker (the base model with the adapter of its version)
     # before it loads the next; both exact at every gap, and the fidelity shadow agrees within 1e-5.
-    from tests.integration.test_reference_runs import check_dedicated, check_interrupt_sync
+    from tests.support.reference_checks import check_dedicated, check_interrupt_sync
 
     experiments = ["interrupt_sync", "dedicated"]
     lora = ["model.lora.rank=8", "model.lora.in_flight=move", "fidelity=true"]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.runs import read_rows
-from tests.integration.test_cleanup import FAILING_FROM_INSIDE, STOPPED_FROM_OUTSIDE, Run, _cmdline
+from tests.support.runs import read_rows
+from tests.support.tracked_runs import Run, _cmdline
+from tests.support.xdist_groups import FAILING_FROM_INSIDE, STOPPED_FROM_OUTSIDE
 
 # Compares listings, as the cleanup tests do, and runs in their groups.
 pytestmark = pytest.mark.engine

@@ -28,14 +28,15 @@ from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat
-from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.serving.instances import training_instance
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.warm_start import WarmStart
-from tests.integration.conftest import SMALL_KV_CACHE_BYTES, started_engine
-from tests.unit.test_lora import adapted
+from tests.support.lora import adapted
+from tests.support.small_engines import SMALL_KV_CACHE_BYTES, started_engine
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_real_model")]
@@ -74,9 +75,8 @@ def test_a_chat_episode_scores_exactly_the_ids_the_engine_saw(fp32_engine, token
     caller = EnvCaller(max_workers=1)
     try:
         instance = training_instance(env, random.Random(0))
-        coroutine = play_episode(
-            fp32_engine, env, episode_format, instance, Trajectory(group_id=0), call_env=caller, temperature=1.0, top_k=-1, max_context=256
-        )
+        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=256)
+        coroutine = play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), settings)
         trajectory = fp32_engine.run(coroutine, timeout_s=120)
     finally:
         caller.close()
@@ -130,9 +130,9 @@ def test_after_a_short_warm_start_smollm2_calls_a_json_tool_that_runs_and_answer
         for seed in range(6):
             calls.clear()
             instance = training_instance(env, random.Random(seed))
-            settings = {"call_env": caller, "temperature": 0.7, "top_k": -1, "max_context": 1024, "seed": seed}
+            settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=0.7, top_k=-1), max_context=1024, seed=seed)
             trajectory = fp32_engine.run(
-                play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), **settings), timeout_s=300
+                play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), settings), timeout_s=300
             )
             if sum(trajectory.tool_calls.values()) > 0:
                 break
@@ -259,7 +259,7 @@ def test_an_episode_across_an_adapter_push_keeps_each_turns_adapter_exactly(smol
         assert started.wait(120)
         second = {name: tensor + 0.05 * torch.randn_like(tensor) if ".lora_B." in name else tensor for name, tensor in first.items()}
         pushed = engine.push_weights(second, version=2)  # while the first turn is in flight
-        assert pushed["bytes"] == 4 * 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) == 9_768_960
+        assert pushed.bytes == 4 * 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) == 9_768_960
         first_turn = pending.result(timeout=300)
         assert streamed[0] == 40 > 8 and first_turn.versions == [1] * 40  # finished on its adapter
         context = prompt + first_turn.token_ids + tokenizer.encode("\nAnd the sky?\n", add_special_tokens=False)

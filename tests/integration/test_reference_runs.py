@@ -2,18 +2,10 @@
 
 import pytest
 
-from tests.integration.runs import SMALL_RUN, read_all_rows, read_rows, run_hydra
+from tests.support.reference_checks import check_dedicated, check_exact_route, check_interrupt_sync
+from tests.support.runs import STALE_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
-#: Staleness needs the engine ahead of the trainer: more groups in flight than one batch.
-#: 30 warm-start steps (as in the default run): the policy then writes valid guesses often enough
-#: that groups have non-zero advantages, so the weights move between versions.
-STALE_RUN = [
-    "trainer.max_steps=8",
-    *[o for o in SMALL_RUN if not o.startswith("model.warm_start_steps")],
-    "model.warm_start_steps=30",
-    "rollout.max_concurrent_groups=8",
-]
 
 
 #: The sweep's jobs, in order: the three exact routes, async recompute and PPO-EWMA.
@@ -45,36 +37,6 @@ def test_each_reference_route_keeps_its_promise_in_one_sweep(tmp_path, subtests)
         check_async_recompute(job_dirs["decoupled_async"], console)
     with subtests.test("PPO-EWMA starts from the warmed-up weights and logs its state"):
         check_ppo_ewma(job_dirs["ppo_ewma"])
-
-
-def check_exact_route(run_dir) -> list[dict[str, float]]:
-    """Check what every exact route promises in its sweep job's run dir; returns the metric rows.
-
-    pi_old of each token's own version equals the fp32 engine's mu: r_d == 1 up to noise, whatever
-    the version gap (an off-by-one version would show gaps of ~1e-2 or more), and every policy token
-    has its pi_old.
-    With `fidelity=true` the shadow snapshots score the same tokens independently: an exact route
-    agrees with them within 1e-5 at every gap, and masks exactly as they do.
-    """
-    rows = read_rows(run_dir / "metrics.csv")
-    assert len(rows) == 8
-    assert max(row["train/version_gap_max"] for row in rows) >= 1  # stale tokens were trained on
-    for row in rows:
-        assert row["train/nonfinite_tokens"] == 0
-        assert row["train/ref_behavior_logratio_absmax"] < 1e-4
-        assert row["train/train_infer_mask"] == 1.0
-        assert row["fidelity/logratio_absmax"] <= 1e-5
-        assert row["fidelity/mask_disagreement"] == 0.0
-    gap_rows = read_all_rows(run_dir / "metrics.csv")
-    stale_buckets = {
-        key
-        for row in gap_rows
-        for key in row
-        if key.startswith("fidelity/logratio_absmax/gap_") and key != "fidelity/logratio_absmax/gap_0"
-    }
-    assert stale_buckets  # the shadow measured stale tokens too
-    assert max(row.get(key, 0.0) for row in gap_rows for key in stale_buckets) <= 1e-5
-    return rows
 
 
 def check_snapshot(run_dir) -> None:
@@ -117,14 +79,3 @@ def check_ppo_ewma(run_dir) -> None:
         assert row["reference/ewma_resets"].is_integer()
     resets = [row["reference/ewma_resets"] for row in rows]
     assert resets == sorted(resets)  # a running count
-
-
-def check_interrupt_sync(run_dir) -> None:
-    rows = check_exact_route(run_dir)
-    assert all(row["interrupt_sync/stall_s"] > 0 for row in rows)
-    assert sum(row["interrupt_sync/scored_tokens"] for row in rows) > 0
-
-
-def check_dedicated(run_dir) -> None:
-    rows = check_exact_route(run_dir)
-    assert rows[-1]["dedicated/scored_tokens"] >= rows[-1]["rollout/trained"]  # at least one token per episode

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from lit_asyncrl.kill_points import KILL_AT
-from tests.integration.runs import SMALL_RUN, read_rows, run_hydra
-from tests.integration.test_cleanup import Run
+from tests.support.runs import SMALL_RUN, read_rows, run_hydra
+from tests.support.tracked_runs import Run
 
 # Compares listings, as the cleanup tests do, in the group of runs stopped from outside.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("cleanup_signals")]

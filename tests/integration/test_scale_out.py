@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.runs import REPO, SMALL_RUN, read_all_rows, run_hydra
-from tests.integration.test_reference_runs import STALE_RUN
+from tests.support.runs import REPO, SMALL_RUN, STALE_RUN, read_all_rows, run_hydra
 
 pytestmark = pytest.mark.engine
 #: The Ray tests look for Ray processes left behind: one at a time, on one worker.
@@ -267,7 +266,7 @@ def test_the_ray_actors_keep_their_promises_and_a_killed_trainer_leaves_no_ray_b
     # engine and remove their dirs (a clean end of Ray is checked after the DDP run above).
     pytest.importorskip("ray")
     from tests.integration.ray_contract_run import KEPT
-    from tests.leftovers import left_behind, listing
+    from tests.support.leftovers import left_behind, listing
 
     before = listing()
     process = subprocess.Popen(

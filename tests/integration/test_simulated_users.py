@@ -14,7 +14,7 @@ import torch
 from lit_asyncrl.envs import LLMUser, ServiceDeskEnv
 from lit_asyncrl.envs.service_desk.episode import one_line
 from lit_asyncrl.warm_start import WarmStart, load_tokenizer
-from tests.integration.conftest import small_async_service
+from tests.support.small_engines import small_async_service
 
 pytestmark = pytest.mark.engine
 

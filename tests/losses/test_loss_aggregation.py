@@ -2,7 +2,7 @@
 
 import pytest
 
-from loss_test_helpers import assert_close, inputs_from_ratios, run
+from tests.support.losses import assert_close, inputs_from_ratios, run
 
 # row 0: three valid tokens A = (1, 2, 3); row 1: one valid token A = 4; row 2: no valid token.
 ADVANTAGES = [[1.0, 2.0, 3.0], [4.0, 9.0, 9.0], [9.0, 9.0, 9.0]]

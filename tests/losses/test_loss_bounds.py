@@ -7,7 +7,7 @@ import pytest
 
 from lit_asyncrl.losses import effective_bounds
 from lit_asyncrl.losses.bounds_table import main
-from loss_test_helpers import inputs_from_ratios, run
+from tests.support.losses import inputs_from_ratios, run
 
 DISCREPANCY = (0.81, 1.21)
 CLIP = (0.8, 1.2)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from loss_test_helpers import assert_close, assert_mask, inputs_from_ratios, run
+from tests.support.losses import assert_close, assert_mask, inputs_from_ratios, run
 
 # token  r_d=ref/mu  r_s=pi/ref  A    kept  inside  objective = r_d * surrogate     d/dlogp
 # t0     1.05        1.1         2    yes   yes     1.05 * 2.2   = 2.31             2.31

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from lit_asyncrl.losses import get_loss
-from loss_test_helpers import assert_close, assert_mask, inputs_from_ratios, run
+from tests.support.losses import assert_close, assert_mask, inputs_from_ratios, run
 
 
 def decoupled(discrepancy, staleness, advantages, loss_mask=None):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lit_asyncrl.losses import LossInputs, get_loss
-from loss_test_helpers import assert_close, inputs_from_ratios, run
+from tests.support.losses import assert_close, inputs_from_ratios, run
 
 
 def test_float32_and_bfloat16_inputs():

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from loss_test_helpers import inputs_from_ratios, run
+from tests.support.losses import inputs_from_ratios, run
 
 # r = pi/mu = (2, 0.5, 1) on policy tokens with gaps (0, 1, 5); a padding token with gap 2.
 RATIOS = [2.0, 0.5, 1.0, 3.0]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from loss_test_helpers import assert_close, assert_mask, inputs_from_ratios, run
+from tests.support.losses import assert_close, assert_mask, inputs_from_ratios, run
 
 
 def test_cispo_clips_the_weight_not_the_gradient():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from loss_test_helpers import assert_close, assert_mask, inputs_from_ratios, run
+from tests.support.losses import assert_close, assert_mask, inputs_from_ratios, run
 
 # t0: r=1.1, A=2  inside            -> objective 2.2,  d/dlogp 2.2
 # t1: r=1.5, A=1  clipped at 1.2    -> objective 1.2,  no gradient

@@ -5,7 +5,7 @@
 
 import pytest
 
-from loss_test_helpers import assert_close, assert_mask, inputs_from_ratios, run
+from tests.support.losses import assert_close, assert_mask, inputs_from_ratios, run
 
 # log-linear: r_s = r^alpha, r_d = r^(1-alpha)
 # t0: n=1 (alpha 1/2), r=1.21   -> r_s 1.1,   r_d 1.1    A=1   inside             1.1

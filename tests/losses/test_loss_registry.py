@@ -6,7 +6,7 @@ import math
 import pytest
 
 from lit_asyncrl.losses import LossStrategy, available_losses, get_loss, loss_class
-from loss_test_helpers import assert_close, assert_mask, inputs_from_ratios
+from tests.support.losses import assert_close, assert_mask, inputs_from_ratios
 
 REQUIRED_NAMES = {
     "ppo_clip", "ppo_clip_train_infer", "decoupled_ppo", "linear_prox", "linear_prox_train_infer",

@@ -22,8 +22,9 @@ from lit_asyncrl.losses import (
 )
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import AsyncRecomputeReference, SnapshotReference
-from tests.unit.lightning_helpers import RecordingLogger, make_trainer
-from tests.unit.test_training_step import FakeRollouts, ListDataModule, PlainDataModule, all_version, make_batch, own_logprobs
+from tests.support.batches import all_version, make_batch, own_logprobs
+from tests.support.fakes import FakeRollouts
+from tests.support.lightning import ListDataModule, PlainDataModule, RecordingLogger, make_trainer
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",

@@ -14,8 +14,9 @@ from lit_asyncrl.fidelity_panel import ProxyPanel
 from lit_asyncrl.losses import DecoupledPPO, LossInputs
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import SnapshotReference
-from tests.unit.lightning_helpers import RecordingLogger, make_trainer
-from tests.unit.test_training_step import TEMPERATURE, TOP_K, FakeRollouts, ListDataModule, all_version, make_batch, own_logprobs
+from tests.support.batches import TEMPERATURE, TOP_K, all_version, make_batch, own_logprobs
+from tests.support.fakes import FakeRollouts
+from tests.support.lightning import ListDataModule, RecordingLogger, make_trainer
 
 
 def _log(values: list[float]) -> torch.Tensor:

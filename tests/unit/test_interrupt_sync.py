@@ -16,7 +16,7 @@ from asyncrl_callbacks import InterruptibleRollouts, InterruptSync
 from torch import nn
 from torch.utils.data import DataLoader
 
-from tests.unit.lightning_helpers import StepMetrics, make_trainer
+from tests.support.lightning import StepMetrics, make_trainer
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.leftovers import left_behind, listing, resource_trackers
+from tests.support.leftovers import left_behind, listing, resource_trackers
 
 
 def test_a_new_entry_is_left_behind_once_no_process_holds_it():

@@ -1,5 +1,5 @@
 """`logger=tensorboard` and `logger=wandb` add a live view beside the CSV log, through the real entry
-point, module and Lightning loggers (two steps on `test_second_service`'s replay service, no engine)."""
+point, module and Lightning loggers (two steps on the replay service of `tests/support/replay_service.py`, no engine)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import tempfile
 import pytest
 
 from lit_asyncrl.train import run
-from tests.rollout.serving.test_second_service import ReplayServices
-from tests.test_configs import compose_train
+from tests.support.configs import compose_train
+from tests.support.replay_service import ReplayServices
 
 
 def two_steps(tmp_path, logger: str) -> None:

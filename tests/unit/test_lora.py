@@ -8,10 +8,11 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.before_fit import check_lora_supported
 from lit_asyncrl.fsdp import FSDP2Strategy
-from lit_asyncrl.models.lora import LoRASettings, adapter_weights, add_adapter, engine_weights, merged_weights
+from lit_asyncrl.models.lora import LoRASettings, adapter_weights, engine_weights, merged_weights
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference
 from lit_asyncrl.reference.snapshot import SnapshotReference
+from tests.support.lora import adapted
 
 #: The tiny policy's projections (hidden 128, 2 heads and 1 KV head of 64, MLP 256) as (in, out).
 TINY_PROJECTIONS = {
@@ -24,18 +25,6 @@ TINY_PROJECTIONS = {
     "down_proj": (256, 128),
 }
 TINY_LAYERS = 2
-
-
-def adapted(model_path, rank=8, seed=0, target_modules=None):
-    """The tiny policy with an adapter whose B is random (peft starts it at 0: no change)."""
-    settings = LoRASettings(rank=rank) if target_modules is None else LoRASettings(rank=rank, target_modules=tuple(target_modules))
-    policy = add_adapter(AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32), settings)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in policy.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
-    return policy
 
 
 def test_the_optimizer_sees_only_the_adapter(model_path):

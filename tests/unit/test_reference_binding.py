@@ -9,8 +9,9 @@ import torch
 from lit_asyncrl.losses import DecoupledPPO
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference import DedicatedReference, InterruptSyncReference, SnapshotReference
-from tests.unit.lightning_helpers import make_trainer
-from tests.unit.test_training_step import FakeRollouts, ListDataModule, all_version, make_batch, own_logprobs
+from tests.support.batches import all_version, make_batch, own_logprobs
+from tests.support.fakes import FakeRollouts
+from tests.support.lightning import ListDataModule, make_trainer
 
 
 class NoWorkerRollouts(FakeRollouts):

@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import math
 
-import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
 from lit_asyncrl.losses import PPOClip
 from lit_asyncrl.module import AsyncRLModule
-from lit_asyncrl.scoring import token_logprobs
-from tests.unit.lightning_helpers import RecordingLogger, StepMetrics, make_trainer
-
-TEMPERATURE, TOP_K = 1.0, -1
+from tests.support.batches import all_version, make_batch, own_logprobs
+from tests.support.fakes import FakeRollouts
+from tests.support.lightning import ListDataModule, PlainDataModule, RecordingLogger, StepMetrics, make_trainer
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",
@@ -27,128 +24,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:.*dataloader_iter.*",
     "ignore:.*LeafSpec.*",
 )
-
-
-class FakeRollouts:
-    """A `RolloutService` that records its calls and hands out fixed statistics."""
-
-    max_version_gap = 3
-    weight_sync_every = 1
-    groups_per_batch = 2
-
-    def __init__(self) -> None:
-        self.calls: list[tuple] = []
-
-    def use_dedicated_worker(self) -> None:
-        self.calls.append(("use_dedicated_worker",))
-
-    def launch_early(self) -> None:
-        self.calls.append(("launch_early",))
-
-    def configure(self, world_size, rank):
-        return self
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state) -> None:
-        pass
-
-    def start(self, weights, version, train=True):
-        self.calls.append(("start", version, sorted(weights)))
-
-    def next_batch(self, timeout_s):
-        raise AssertionError("the module takes its batches from the dataloader, not from next_batch")
-
-    def publish_weights(self, weights, version):
-        self.calls.append(("publish", version, sorted(weights)))
-        return {}
-
-    def live_versions(self):
-        return [0]
-
-    def pause(self) -> None:
-        self.calls.append(("pause",))
-
-    def resume(self) -> None:
-        self.calls.append(("resume",))
-
-    def score_unscored(self, score_fn, version):
-        self.calls.append(("score_unscored", version))
-        return 0
-
-    def evaluate(self, instances, samples, timeout_s):
-        raise AssertionError("no validation in these tests")
-
-    def stats(self):
-        self.calls.append(("stats",))
-        return {"rollout/queue_depth": 7.0, "rollout/tokens_per_s": 12.5}
-
-    def close(self) -> None:
-        self.calls.append(("close",))
-
-
-class ListDataModule(L.LightningDataModule):
-    def __init__(self, batches: list[dict], rollouts: FakeRollouts) -> None:
-        super().__init__()
-        self.batches, self.rollouts = batches, rollouts
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.batches, batch_size=None, num_workers=0)
-
-
-# Four right-padded episodes of length <= 6. Policy tokens (loss_mask) per row:
-#   row 0: positions 2, 3, 4      advantage +1
-#   row 1: positions 2, 3         advantage +1
-#   row 2: position 3             advantage -1
-#   row 3: positions 1, 2         advantage -1   (row 3 is padded after position 3)
-INPUT_IDS = [
-    [1, 12, 5, 14, 3, 2],
-    [1, 12, 7, 3, 13, 2],
-    [1, 12, 13, 9, 3, 2],
-    [1, 8, 3, 13, 0, 0],
-]
-ATTENTION = [[1] * 6, [1] * 6, [1] * 6, [1, 1, 1, 1, 0, 0]]
-POLICY_POSITIONS = {0: [2, 3, 4], 1: [2, 3], 2: [3], 3: [1, 2]}
-ROW_ADVANTAGE = {0: 1.0, 1: 1.0, 2: -1.0, 3: -1.0}
-
-
-def make_batch(versions_by_row: dict[int, list[int]], success: list[float], behavior: torch.Tensor | None = None) -> dict:
-    """A batch in the schema of `lit_asyncrl.rollout.service`; versions given per policy token."""
-    loss_mask = torch.zeros(4, 6, dtype=torch.bool)
-    versions = torch.full((4, 6), -1, dtype=torch.long)
-    advantages = torch.zeros(4, 6)
-    for row, positions in POLICY_POSITIONS.items():
-        for position, version in zip(positions, versions_by_row[row], strict=True):
-            loss_mask[row, position] = True
-            versions[row, position] = version
-            advantages[row, position] = ROW_ADVANTAGE[row]
-    behavior = torch.full((4, 6), -1.0) if behavior is None else behavior
-    return {
-        "input_ids": torch.tensor(INPUT_IDS, dtype=torch.long),
-        "attention_mask": torch.tensor(ATTENTION, dtype=torch.long),
-        "loss_mask": loss_mask,
-        "behavior_logprobs": torch.where(loss_mask, behavior, 0.0),
-        "versions": versions,
-        "old_logprobs": torch.full((4, 6), math.nan),
-        "advantages": advantages,
-        "rewards": torch.tensor([1.0, 0.0, 0.0, -0.2]),
-        "success": torch.tensor(success),
-        "group_ids": torch.tensor([0, 0, 1, 1]),
-        "temperature": TEMPERATURE,
-        "top_k": TOP_K,
-    }
-
-
-def own_logprobs(module: AsyncRLModule) -> torch.Tensor:
-    """[4, 6] the module's policy's own log-probs of the batch's tokens (an on-policy mu)."""
-    batch = make_batch(all_version(0), success=[0.0] * 4)
-    with torch.no_grad():
-        return token_logprobs(module.policy, batch["input_ids"], batch["attention_mask"], TEMPERATURE, TOP_K)
-
-
-def all_version(version: int) -> dict[int, list[int]]:
-    return {row: [version] * len(positions) for row, positions in POLICY_POSITIONS.items()}
 
 
 def test_one_step_on_policy_batch_pushes_weights_and_logs_hand_values():
@@ -239,17 +114,6 @@ def test_a_service_missing_part_of_the_protocol_is_refused_naming_who_needs_it(m
     with pytest.raises(TypeError, match="^EngineWeightSync needs a rollout service"):
         rollouts_of(trainer, "EngineWeightSync")
     assert rollouts_of(SimpleNamespace(datamodule=SimpleNamespace(rollouts=FakeRollouts())), "EngineWeightSync") is not None
-
-
-class PlainDataModule(L.LightningDataModule):
-    """Ready-made batches and no rollout service at all."""
-
-    def __init__(self, batches: list[dict]) -> None:
-        super().__init__()
-        self.batches = batches
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.batches, batch_size=None, num_workers=0)
 
 
 def test_the_module_trains_on_any_datamodule_that_yields_the_schema():

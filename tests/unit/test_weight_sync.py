@@ -12,8 +12,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
+from lit_asyncrl.rollout.weights.route import WeightPush
 from lit_asyncrl.trainer_callbacks import EngineWeightSync
-from tests.unit.lightning_helpers import StepMetrics, make_trainer
+from tests.support.lightning import StepMetrics, make_trainer
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*does not have many workers.*",
@@ -29,8 +30,8 @@ class FakeRollouts:
     weight_sync_every = 1
     groups_per_batch = 2
 
-    def __init__(self, timings: dict[str, float] | None = None) -> None:
-        self.timings = timings or {}
+    def __init__(self, pushed: WeightPush | None = None) -> None:
+        self.pushed = pushed
         self.starts: list[tuple[int, dict[str, torch.Tensor]]] = []
         self.publishes: list[tuple[int, dict[str, torch.Tensor]]] = []
 
@@ -48,7 +49,7 @@ class FakeRollouts:
 
     def publish_weights(self, weights, version):
         self.publishes.append((version, {name: tensor.detach().clone() for name, tensor in weights.items()}))
-        return dict(self.timings)
+        return self.pushed
 
 
 class ScalarPolicyModule(L.LightningModule):
@@ -99,7 +100,7 @@ def test_start_once_then_one_publish_per_step_with_the_stepped_weights():
 
 
 def test_no_timings_no_push_metrics():
-    _, _, metrics = fit(FakeRollouts(timings={}))
+    _, _, metrics = fit(FakeRollouts(pushed=None))
     for step in metrics.per_step:
         assert "rollout/weight_push_s" not in step
         assert "rollout/engine_pause_s" not in step
@@ -107,7 +108,7 @@ def test_no_timings_no_push_metrics():
 
 
 def test_timings_are_logged_summed():
-    _, _, metrics = fit(FakeRollouts(timings={"write_s": 0.25, "pause_s": 0.5, "bytes": 4096.0}))
+    _, _, metrics = fit(FakeRollouts(pushed=WeightPush(write_s=0.25, pause_s=0.5, bytes=4096)))
     assert len(metrics.per_step) == 3
     for step in metrics.per_step:
         assert step["rollout/weight_push_s"] == 0.75  # write 0.25 + pause 0.5

@@ -5,7 +5,7 @@ import os
 import torch
 import torch.multiprocessing as mp
 
-from tests.xdist_groups import imports_vllm
+from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm  # the ranks gather with vLLM's helper: forked where vLLM is imported already
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 import torch
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.rollout.weights.route import WeightPush
 
 T = TypeVar("T")
 
@@ -80,9 +81,9 @@ class Engine(Protocol):
     ) -> TurnOutput:
         """Sample one turn, streaming each piece to `on_tokens`; per-token mu and versions."""
 
-    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """Load `state_dict` in place and tag what follows `version`: timings `write_s`, `pause_s`
-        and the `bytes` the engine loads (a LoRA engine takes `state_dict` as the version's adapter)."""
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> WeightPush:
+        """Load `state_dict` in place by the engine's weight route and tag what follows `version`
+        (a LoRA engine takes `state_dict` as the version's adapter); what the push took."""
 
     def pause(self) -> None:
         """Freeze generation, requests in flight kept, until `resume` (every piece streamed before
@@ -155,3 +156,12 @@ def run_watched(
             raise EngineDeadError(f"the vLLM engine died: {reason}") from error
         if error is not None:
             raise error
+
+
+async def cancel_other_tasks() -> None:
+    """Cancel every task of the running loop but the caller's and wait for them to end: an engine's
+    episodes end at its shutdown, not in a `__del__` at interpreter exit."""
+    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)

@@ -16,7 +16,6 @@ from lit_asyncrl.rollout.processes.core_exit import FAST_EXIT_VARIABLE
 from lit_asyncrl.rollout.processes.core_fork import START_METHOD_VARIABLE, forked_engine_core_environment
 from lit_asyncrl.rollout.processes.core_semaphores import UNNAMED_LOCKS_VARIABLE
 from lit_asyncrl.rollout.processes.temp_dirs import engine_environment
-from lit_asyncrl.rollout.weights.transfer import FILE_ROUTES, WeightSender
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,9 +45,7 @@ class EngineConfig:
     #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
-    #: How weights reach the engine (`weight_transfer.py`): "file", "staged" (a file prepared while
-    #: the engine generates, `staged_weights.py`), or a backend of vLLM's weight-transfer API,
-    #: "gloo", "nccl" or "ipc" (chosen by `select_weight_transfer`).
+    #: How weights reach the engine: the route's name as `rollout/weights/choice.py` chose it.
     weight_transfer: str = "file"
     #: With the staged route: of a full fine-tune's new tensors, send only the elements whose bits
     #: changed in the engine's dtype (`changed_elements.py`).
@@ -90,14 +87,10 @@ def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
     return sizes
 
 
-#: vLLM's worker gains the staged push's methods (`collective_rpc("stage_weights", ...)`).
-STAGED_WEIGHTS_EXTENSION = "lit_asyncrl.rollout.weights.staged.StagedWeightsExtension"
-
-
-def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
-    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`."""
+def engine_args(model_path: str, config: EngineConfig, device_type: str, route_arguments: dict[str, Any]) -> Any:
+    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`, taking its weights by
+    a route that needs `route_arguments` (`WeightRoute.engine_arguments`)."""
     from vllm import AsyncEngineArgs
-    from vllm.config import WeightTransferConfig
 
     return AsyncEngineArgs(
         model=model_path,
@@ -116,25 +109,9 @@ def engine_args(model_path: str, config: EngineConfig, device_type: str) -> Any:
         # starting at once in one trainer race for (seen: DuplicateTimeseries, an engine that
         # failed to start in a two-engine run).
         disable_log_stats=True,
-        # The file routes read from disk; every other route is a backend of vLLM's weight-transfer API.
-        weight_transfer_config=None if config.weight_transfer in FILE_ROUTES else WeightTransferConfig(backend=config.weight_transfer),
-        worker_extension_cls=STAGED_WEIGHTS_EXTENSION if config.weight_transfer == "staged" else "",
         **parallelism_args(config, device_type),
-        **lora_args(config),
+        **route_arguments,
     )
-
-
-def lora_args(config: EngineConfig) -> dict[str, Any]:
-    """vLLM engine arguments that enable adapters of the policy's rank (none without adapters)."""
-    if not config.serves_adapters:
-        return {}
-    # max_cpu_loras: the adapters kept loaded; an evicted one would be read again from its files.
-    return {
-        "enable_lora": True,
-        "max_lora_rank": config.lora.engine_max_rank(),
-        "max_loras": config.max_loras,
-        "max_cpu_loras": config.max_loras,
-    }
 
 
 def sampling_params(max_tokens: int, temperature: float, top_k: int, stop_token_ids: Sequence[int], ignore_eos: bool) -> Any:
@@ -152,14 +129,6 @@ def sampling_params(max_tokens: int, temperature: float, top_k: int, stop_token_
         detokenize=False,
         output_kind=RequestOutputKind.DELTA,
     )
-
-
-def weight_sender(config: EngineConfig) -> WeightSender | None:
-    """The trainer side of vLLM's weight-transfer API for an engine with `config` (None for the
-    `file` route, which needs no sender)."""
-    if config.weight_transfer in FILE_ROUTES or config.serves_adapters:  # adapters go as files
-        return None
-    return WeightSender(config.weight_transfer, config.torch_dtype(), config.engine_workers())
 
 
 def set_engine_log_level(log_level: str) -> None:
@@ -180,11 +149,11 @@ def vllm_device_type() -> str:
     return current_platform.device_type
 
 
-def vllm_config(model_path: str, config: EngineConfig, device_type: str) -> Any:
+def vllm_config(model_path: str, config: EngineConfig, device_type: str, route_arguments: dict[str, Any]) -> Any:
     """vLLM's engine config for `config` on `device_type`, with one CPU worker in the engine core."""
     chosen_start_method = os.environ.get(START_METHOD_VARIABLE)
     try:
-        made = engine_args(model_path, config, device_type).create_engine_config()
+        made = engine_args(model_path, config, device_type, route_arguments).create_engine_config()
     finally:
         # vLLM's CPU platform sets the start method to spawn for the whole process as it makes a
         # config; keep the caller's own choice (`engine_core_environment` reads it).

@@ -3,9 +3,10 @@
 The trainer thread talks to it through thread-safe calls (`run`, `push_weights`); episodes run as
 asyncio tasks inside the engine loop, so many multi-turn episodes stream concurrently.
 
-Weights reach the engine in place: it pauses with in-flight requests kept and their KV cache cleared,
-loads the new weights (a file, `staged_weights.py`, or vLLM's weight-transfer API), takes the new version
-label and resumes: a token's label is the version that sampled it. Adapters: `engine_adapters.py`.
+Weights reach the engine in place, by the route chosen for it (`rollout/weights/`): it pauses with
+in-flight requests kept and their KV cache cleared, loads the new weights, takes the new version
+label and resumes, so a token's label is the version that sampled it. With LoRA adapters as
+versions, each request runs under one adapter (`weights/adapters.py`).
 """
 
 from __future__ import annotations
@@ -20,29 +21,26 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.kill_points import kill_if_asked
-from lit_asyncrl.rollout.engine.protocol import EngineLoop, TurnOutput
+from lit_asyncrl.rollout.engine.protocol import EngineLoop, TurnOutput, cancel_other_tasks
 from lit_asyncrl.rollout.engine.settings import (
     EngineConfig,
     engine_core_environment,
     set_engine_log_level,
     vllm_config,
     vllm_device_type,
-    weight_sender,
 )
 from lit_asyncrl.rollout.processes.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.processes.spawn_environment import spawned_process_environment, standard_start_method
 from lit_asyncrl.rollout.processes.temp_dirs import make_weights_dir, run_dir
 from lit_asyncrl.rollout.weights.adapters import EngineAdapters
-from lit_asyncrl.rollout.weights.changed_elements import ChangedElements
-from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors
-from lit_asyncrl.rollout.weights.staged import load_weights_file
-from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient, expand_version_spans, write_weights_file
+from lit_asyncrl.rollout.weights.choice import local_route
+from lit_asyncrl.rollout.weights.route import WeightPush
+from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient
 
 #: One `AsyncLLM` made at a time in a process: vLLM keeps process-wide state while it makes one
 #: (metrics registry, current config, its engine core's environment), and two engines of one run
@@ -68,11 +66,9 @@ class VLLMEngine(EngineLoop):
         self._requests_in_flight = 0
         self._last_progress = time.monotonic()
         self._paused = False
-        self._sender = weight_sender(config)
-        # With LoRA adapters as versions, each version is an adapter (`engine_adapters.py`).
+        # With LoRA adapters as versions, each version is an adapter its requests run under.
         self._adapters = EngineAdapters(config.lora, self._weights_dir) if config.serves_adapters else None
-        self._changed = ChangedTensors()  # a new engine is pushed everything once, then what changed
-        self._elements = ChangedElements() if config.push_changed_elements else None  # and of those, what changed
+        self._route = local_route(config, self._adapters)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -119,7 +115,7 @@ class VLLMEngine(EngineLoop):
     async def _create_llm(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        config = vllm_config(self.model_path, self.config, vllm_device_type())
+        config = vllm_config(self.model_path, self.config, vllm_device_type(), self._route.engine_arguments())
         environment = engine_core_environment(self.config, config)
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
@@ -136,8 +132,7 @@ class VLLMEngine(EngineLoop):
         """
         llm_ref = weakref.ref(self._llm) if self._llm is not None else None
         try:
-            if self._sender is not None:
-                self._sender.close()
+            self._route.close()
             if self._thread is not None and not self._started.wait(startup_timeout_s):
                 raise TimeoutError(f"the vLLM engine neither started nor failed within {startup_timeout_s} s")
             if self._loop is not None and not self._loop.is_running() and self._llm is not None:
@@ -202,10 +197,7 @@ class VLLMEngine(EngineLoop):
         # answering will not stop on request, so it is killed at once (timeout 0).
         llm.shutdown(timeout=0 if self._stopped_answering else None)
         # Tasks still on this loop (cancelled episodes) end here, not in a __del__ at exit.
-        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
+        await cancel_other_tasks()
 
     # -- generation (called inside the engine loop) ------------------------------------------
     async def generate(
@@ -250,7 +242,7 @@ class VLLMEngine(EngineLoop):
                 self._requests_in_flight -= 1
             return token_ids, logprobs, final
 
-        if self._adapters is not None:  # each request runs under one adapter (`engine_adapters.py`)
+        if self._adapters is not None:  # each request runs under one adapter
             token_ids, logprobs, versions, final = await self._adapters.generate(stream, prompt_ids, max_tokens)
         else:
             token_ids, logprobs, final = await stream(list(prompt_ids), max_tokens, None, uuid.uuid4().hex)
@@ -258,53 +250,52 @@ class VLLMEngine(EngineLoop):
         return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
 
     # -- weights (called from the trainer thread) --------------------------------------------
-    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """Load `state_dict` into the engine in place and label what follows `version`.
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> WeightPush:
+        """Load `state_dict` into the engine in place by its route and label what follows `version`.
 
-        Only the tensors written since this engine's last push travel (`changed_tensors.py`).
-        Returns timings in seconds: `write_s` (the engine still running: written, and staged) and `pause_s`
-        (the time the engine stands still: pause -> load -> relabel -> resume), and the `bytes` sent.
+        Only the tensors written since this engine's last push travel (`weights/changed_tensors.py`).
         """
-        if self._adapters is not None:
-            # An adapter no longer needed is dropped without waiting (the call queues behind the
-            # engine's steps); the new one is loaded by the first request that names it.
-            remove = lambda lora_id: asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)  # noqa: E731
-            timings = self._adapters.push(state_dict, version, remove)
-            self.version = version  # after the adapter is the newest: no token is older than its group's start
-            # A push ends a pause, as with full weights; turns moving to the new adapter move now.
-            if self._paused or self.config.lora.moves_turns:
-                moved = self.run(self._move_turns(resume=self._paused), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
-                timings["moved_turns"] = float(moved)
-            return timings
-        changed = self._changed.select(state_dict)  # what this engine does not hold yet
-        if not changed:  # nothing written since the last push: only the label moves
-            self.set_version(version)
-            timings = {"write_s": 0.0, "pause_s": 0.0, "bytes": 0.0}
-        elif self._sender is not None:
-            timings = self._send_weights(changed, version)
-        else:
-            start = time.perf_counter()
-            encode = self._elements.encode if self._elements else None  # only the changed elements
-            path, nbytes = write_weights_file(changed, self.config.torch_dtype(), self._weights_dir, encode)
-            kill_if_asked("weight_push", version)
-            # Bounded: a hung engine must not hold the trainer forever (the stall timeout names it).
-            pause_s = self.run(self._swap_weights(path, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
-            timings = {"write_s": time.perf_counter() - start - pause_s, "pause_s": pause_s, "bytes": float(nbytes)}
-        self._changed.sent(state_dict)
-        return timings
+        return self._route.push(self, state_dict, version)
 
-    def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """The push over vLLM's weight-transfer API: the engine stands still while the tensors travel."""
-        start = time.perf_counter()
-        self.pause()
+    @property
+    def weights_dir(self) -> Path:
+        """Where a route writes what the engine loads (a dir of this engine's in shared memory)."""
+        return self._weights_dir
+
+    def load_version(self, load: VersionLoad, version: int) -> float:
+        """Load a version's weights and label what follows `version`: `load.prepare` while the
+        engine generates, then pause -> `load.swap` -> label -> resume. Returns the seconds the
+        engine stood still; bounded by the stall timeout, so a hung engine cannot hold the trainer."""
+        return self.run(self._load_version(load, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+
+    async def _load_version(self, load: VersionLoad, version: int) -> float:
+        await load.prepare(self._llm)
+        started = time.perf_counter()
         try:
-            kill_if_asked("weight_push", version)
-            nbytes = self._sender.push(state_dict, self.weight_sync_client())
-            self.set_version(version)
+            await self._pause_generation()
+            await load.swap(self._llm)
+            await self._llm.update_weight_version(str(version))
+            self.version = version
         finally:
-            if self.dead_reason() is None:
-                self.resume()
-        return {"write_s": 0.0, "pause_s": time.perf_counter() - start, "bytes": float(nbytes)}
+            await self._move_turns(resume=True)
+        return time.perf_counter() - started
+
+    def remove_adapter(self, lora_id: int) -> None:
+        """Drop an adapter no longer needed, without waiting (the call queues behind the engine's steps)."""
+        asyncio.run_coroutine_threadsafe(self._llm.remove_lora(lora_id), self.loop)
+
+    def adapter_pushed(self, version: int) -> int | None:
+        """The newest adapter is `version`'s: label what follows with it, and end a pause as a push of
+        full weights does. Returns the turns moved to the new adapter (None when turns finish on
+        their adapter, `model.lora.in_flight=finish`, and nothing was paused)."""
+        self.version = version  # after the adapter is the newest: no token is older than its group's start
+        if not (self._paused or self.config.lora.moves_turns):
+            return None
+        return self.run(self._move_turns(resume=self._paused), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+
+    def trainer_address(self) -> str:
+        """Where this engine's workers reach the trainer: this machine."""
+        return "127.0.0.1"
 
     def weight_sync_client(self) -> EngineWeightSyncClient:
         """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
@@ -339,12 +330,23 @@ class VLLMEngine(EngineLoop):
             self._progress()
         return len(moving)
 
-    async def _swap_weights(self, path: Path, version: int) -> float:
-        """Load the weights file `path`, label what follows `version`; the seconds from pause to resume."""
 
-        async def label() -> None:
-            await self._llm.update_weight_version(str(version))
-            self.version = version
+class VersionLoad(Protocol):
+    """How a route's file becomes the engine's weights (`weights/file_routes.py`)."""
 
-        staged, resume = self.config.weight_transfer == "staged", lambda: self._move_turns(resume=True)
-        return await load_weights_file(self._llm, path, staged, self._pause_generation, label, resume, self._elements is not None)
+    async def prepare(self, llm: Any) -> None:
+        """Work done while the engine still generates."""
+
+    async def swap(self, llm: Any) -> None:
+        """Work done while the engine stands still."""
+
+
+def expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
+    """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
+    if not spans:
+        return [fallback] * num_tokens
+    versions = [fallback] * num_tokens
+    for span in spans:
+        version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
+        versions[start:end] = [int(version)] * (end - start)
+    return versions

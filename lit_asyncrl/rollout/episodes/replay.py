@@ -57,7 +57,8 @@ class EpisodeReplay:
     def check(self, trajectory: Trajectory) -> None:
         """After an environment answer: the replayed context agrees with the recording, and the
         answer ends where the recorded one did (at the next recorded turn, or the recording's end)."""
-        recorded, length = self.recorded, len(trajectory.token_ids)
+        recorded = self.recorded
+        length = len(trajectory.token_ids)
         shared = min(length, len(recorded.token_ids))
         same = trajectory.token_ids[:shared] == recorded.token_ids[:shared] and trajectory.loss_mask[:shared] == recorded.loss_mask[:shared]
         turns = trajectory.num_turns

@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.base import Environment, TextEnv, Transition
 from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import EpisodeFormat
-from lit_asyncrl.rollout.episodes.replay import EpisodeReplay, ReplayMismatch, append_recorded
+from lit_asyncrl.rollout.episodes.replay import EpisodeReplay, RecordedTurn, ReplayMismatch, append_recorded
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import UnencodableTextError
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSettings:
+    """How `play_episode` plays one episode, besides the engine, task, format and trajectory it plays it on.
+
+    Attributes:
+        call_env: runs the environment's calls without blocking the engine's loop (`EnvCaller`).
+        sampling: the policy's sampling settings, for every turn.
+        max_context: the engine's context in tokens; an episode that fills it ends (`cut_off="context"`).
+        seed: the environment's reset seed (None: the environment's own).
+        recorded: the episode as a checkpoint recorded it in flight: its answered turns are replayed,
+            not sampled, and sampling goes on after them (None: a new episode).
+    """
+
+    call_env: EnvCaller
+    sampling: SamplingSettings
+    max_context: int
+    seed: int | None = None
+    recorded: Trajectory | None = None
 
 
 async def play_episode(
@@ -23,13 +45,7 @@ async def play_episode(
     episode_format: EpisodeFormat,
     instance: object,
     trajectory: Trajectory,
-    *,
-    call_env: EnvCaller,
-    temperature: float,
-    top_k: int,
-    max_context: int,
-    seed: int | None = None,
-    recorded: Trajectory | None = None,
+    settings: EpisodeSettings,
 ) -> Trajectory:
     """Alternate agent turns (sampled by the engine) and environment answers until done.
 
@@ -42,28 +58,31 @@ async def play_episode(
     environment call that raises, or answers with something that is not a Transition or cannot be
     encoded, ends the episode as failed (`trajectory.env_failure`): the environment's fault, not the
     agent's, so the producer drops it with that reason instead of training on it. Errors of the
-    engine are not the environment's and propagate. With `recorded` (an episode in flight at a
-    checkpoint, `episode_replay.py`) its answered turns are replayed, not sampled, and sampling goes
-    on after them; an environment that answers otherwise fails the episode with the reason "restart".
+    engine are not the environment's and propagate. With `settings.recorded` (an episode in flight at
+    a checkpoint, `replay.py`) its answered turns are replayed, not sampled, and sampling goes on
+    after them; an environment that answers otherwise fails the episode with the reason "restart".
     """
     episode = env.new_episode(instance)
     started = time.monotonic()
     try:
         async with asyncio.timeout(env.episode_timeout_s):
-            replay = EpisodeReplay(recorded) if recorded is not None else None
-            await _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed, replay)
+            replay = EpisodeReplay(settings.recorded) if settings.recorded is not None else None
+            await _play_turns(engine, env, episode, episode_format, trajectory, settings, replay)
     except TimeoutError:
         trajectory.timed_out = True
     except EnvironmentFailure as failure:
-        trajectory.env_failure, trajectory.env_failure_message = failure.reason, str(failure)
+        trajectory.env_failure = failure.reason
+        trajectory.env_failure_message = str(failure)
     except ReplayMismatch as mismatch:
-        trajectory.env_failure, trajectory.env_failure_message = "restart", str(mismatch)
+        trajectory.env_failure = "restart"
+        trajectory.env_failure_message = str(mismatch)
     finally:
-        trajectory.duration_s, trajectory.finished = time.monotonic() - started, True
+        trajectory.duration_s = time.monotonic() - started
+        trajectory.finished = True
         close = getattr(episode, "close", None)
         if callable(close):
             try:
-                await call_env(close)
+                await settings.call_env(close)
             except Exception as error:  # a failing close loses nothing the episode produced
                 trajectory.env_failure = trajectory.env_failure or "env_error"
                 trajectory.env_failure_message = trajectory.env_failure_message or f"{type(env).__name__} close: {error!r}"
@@ -76,13 +95,13 @@ async def play_instance(
     episode_formats: Mapping[str | None, EpisodeFormat],
     instance: object,
     trajectory: Trajectory,
-    **settings: Any,
+    settings: EpisodeSettings,
 ) -> Trajectory:
     """`play_episode` of `instance` by the task that owns it (`env.task_of`: the environment itself,
     or one task of a mixture), in that task's format; the trajectory records the task's name."""
     task = env.task_of(instance)
     trajectory.task = task.name
-    return await play_episode(engine, task.env, episode_formats[task.name], task.instance, trajectory, **settings)
+    return await play_episode(engine, task.env, episode_formats[task.name], task.instance, trajectory, settings)
 
 
 class EnvironmentFailure(Exception):
@@ -102,26 +121,34 @@ async def _env_call(call_env: EnvCaller, env: Environment, method: Any, *args: A
         raise EnvironmentFailure("env_error", f"{type(env).__name__}.{method.__name__} raised {error!r}") from error
 
 
-async def _play_turns(engine, env, episode, episode_format, trajectory, call_env, temperature, top_k, max_context, seed, replay) -> None:
-    first_observation = await _env_call(call_env, env, episode.reset, seed)
+async def _play_turns(
+    engine: Engine,
+    env: Environment,
+    episode: TextEnv,
+    episode_format: EpisodeFormat,
+    trajectory: Trajectory,
+    settings: EpisodeSettings,
+    replay: EpisodeReplay | None,
+) -> None:
+    first_observation = await _env_call(settings.call_env, env, episode.reset, settings.seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
     _add_observation(episode_format, episode_format.open, trajectory, first_observation, env)
     trajectory.committed = len(trajectory.token_ids)
     if replay is not None:
         replay.check(trajectory)
     for index in range(env.max_turns):
-        room = max_context - len(trajectory.token_ids)
+        room = settings.max_context - len(trajectory.token_ids)
         if room < 1:
             trajectory.cut_off = "context"
             return
         trajectory.turn_starts.append(len(trajectory.token_ids))
         recorded = replay.turn(trajectory, index) if replay is not None else None
-        turn = await _take_turn(engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), temperature, top_k)
+        turn = await _take_turn(engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), settings.sampling)
         trajectory.num_turns += 1
         trajectory.committed = len(trajectory.token_ids)
         if turn.finish_reason == "length" and room < env.max_turn_tokens:
             trajectory.cut_off = "context"  # the turn ran into the end of the context, not its own limit
-        result = _as_transition(await _env_call(call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
+        result = _as_transition(await _env_call(settings.call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
@@ -135,7 +162,14 @@ async def _play_turns(engine, env, episode, episode_format, trajectory, call_env
     trajectory.cut_off = trajectory.cut_off or "turns"
 
 
-async def _take_turn(engine, episode_format, trajectory, recorded, max_tokens, temperature, top_k) -> TurnOutput:
+async def _take_turn(
+    engine: Engine,
+    episode_format: EpisodeFormat,
+    trajectory: Trajectory,
+    recorded: RecordedTurn | None,
+    max_tokens: int,
+    sampling: SamplingSettings,
+) -> TurnOutput:
     """One agent turn: as recorded (a resumed episode's answered turn), else sampled."""
     if recorded is not None:
         append_recorded(trajectory, recorded)
@@ -146,8 +180,8 @@ async def _take_turn(engine, episode_format, trajectory, recorded, max_tokens, t
     turn = await engine.generate(
         list(trajectory.token_ids),
         max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
         stop_token_ids=episode_format.stop_token_ids,
         # Provisional versions; the engine's final spans below are authoritative.
         on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),

@@ -48,7 +48,8 @@ class ToolCallParser:
         except KeyError:
             known = ", ".join(sorted(ToolParserManager.list_registered()))
             raise ValueError(f"env.tool_parser={name!r} is not one of vLLM's tool parsers ({known})") from None
-        self.name, self.tokenizer = name, tokenizer
+        self.name = name
+        self.tokenizer = tokenizer
         self.parser = parser_class(tokenizer)
         self.parser_logger = logging.getLogger(parser_class.__module__)
         self.call_opening = getattr(self.parser, "tool_call_start_token", None)
@@ -62,7 +63,8 @@ class ToolCallParser:
         # A turn the parser cannot read is answered and counted here (`unparsable`); the parser
         # would also log it with a traceback, once per bad turn, over the progress bar. (Its level
         # cannot be set once: vLLM's logging set-up, run again when an engine starts, resets it.)
-        self.parser_logger.disabled, was_disabled = True, self.parser_logger.disabled
+        was_disabled = self.parser_logger.disabled
+        self.parser_logger.disabled = True
         try:
             extracted = self.parser.extract_tool_calls(text, request=None)
         finally:
@@ -116,7 +118,8 @@ class ChatToolFormat(ChatTemplateFormat):
         return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
 
     def open(self, trajectory: Trajectory, opening: ToolOpening) -> None:
-        messages, schemas = list(opening.messages), list(opening.tool_schemas)
+        messages = list(opening.messages)
+        schemas = list(opening.tool_schemas)
         system = [message["content"] for message in messages[:1] if message["role"] == "system"]
         rest = messages[len(system) :]
         if self.template_renders_tools:

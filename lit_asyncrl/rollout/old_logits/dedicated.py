@@ -22,6 +22,7 @@ import torch
 import torch.multiprocessing as mp
 
 from lit_asyncrl.models.lora import LoRASettings
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.scoring import ScoreRequest, attach, collect_unscored
 from lit_asyncrl.rollout.records import Trajectory
 
@@ -87,7 +88,8 @@ class DedicatedWorkerProcess:
 
     def __init__(self, model_path: str, num_threads: int, lora: LoRASettings = LoRASettings()) -> None:
         context = mp.get_context("spawn")
-        self._inbox, self._outbox = context.Queue(), context.Queue()
+        self._inbox = context.Queue()
+        self._outbox = context.Queue()
         self._process = context.Process(target=_worker_main, args=(model_path, self._inbox, self._outbox, num_threads, lora), daemon=True)
         self._process.start()
 
@@ -119,22 +121,34 @@ class DedicatedWorkerProcess:
 
 
 class DedicatedWorker:
-    """Main-process side: sends weights and score requests, attaches replies on the engine loop."""
+    """Main-process side: sends weights and score requests, attaches replies on the engine loop.
+
+    Args:
+        model_path: the model folder the worker loads.
+        sampling: the engine's sampling settings, under which the worker scores (as the trainer does).
+        pad_id: the token that pads the worker's batches.
+        num_threads: the worker's torch threads.
+        lora: the adapter's settings when versions are LoRA adapters (`lora.serves_adapters`).
+        worker_factory: makes the worker from (model path, threads, LoRA settings): a process here,
+            or a Ray actor.
+    """
 
     def __init__(
         self,
         model_path: str | Path,
         *,
-        temperature: float,
-        top_k: int,
+        sampling: SamplingSettings,
         pad_id: int,
         num_threads: int = 1,
         lora: LoRASettings = LoRASettings(),
         worker_factory: Callable[[str, int, LoRASettings], Any] = DedicatedWorkerProcess,
     ) -> None:
-        self.model_path, self.num_threads, self.worker_factory = str(model_path), num_threads, worker_factory
+        self.model_path = str(model_path)
+        self.num_threads = num_threads
+        self.worker_factory = worker_factory
         self.lora = lora
-        self.sampling = (temperature, top_k, pad_id)
+        self.sampling = sampling
+        self.pad_id = pad_id
         self._ids = itertools.count()
         self._waiting: dict[int, tuple[list[ScoreRequest], asyncio.Future | None]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -152,7 +166,8 @@ class DedicatedWorker:
 
     def stop(self) -> None:
         """Stop the worker and the reply reader; safe to call twice or after a crash."""
-        worker, self._worker = getattr(self, "_worker", None), None
+        worker = getattr(self, "_worker", None)
+        self._worker = None
         if worker is None:
             return
         self._stopping = True
@@ -184,7 +199,9 @@ class DedicatedWorker:
         request_id = next(self._ids)
         future = self._loop.create_future()
         self._waiting[request_id] = (requests, future)
-        self._worker.send(("score", request_id, [r.token_ids for r in requests], [r.positions for r in requests], *self.sampling))
+        token_lists = [r.token_ids for r in requests]
+        position_lists = [r.positions for r in requests]
+        self._worker.send(("score", request_id, token_lists, position_lists, self.sampling.temperature, self.sampling.top_k, self.pad_id))
         return future
 
     def _read_replies(self) -> None:

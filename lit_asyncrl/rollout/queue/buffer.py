@@ -56,7 +56,9 @@ class RolloutBuffer:
         self.by_task: collections.Counter[str] = collections.Counter()
         #: Episodes a resume put back from the checkpoint and how many of them were trained since; and
         #: trained episodes of the groups it continued (in flight at the checkpoint, `resumed`).
-        self.restored, self.restored_trained, self.resumed_trained = 0, 0, 0
+        self.restored = 0
+        self.restored_trained = 0
+        self.resumed_trained = 0
         self._restored_groups: set[int] = set()
         self._resumed_groups: set[int] = set()
         #: The latest groups that left generation (filed, dropped by the filter, or all failed): a
@@ -235,7 +237,8 @@ class RolloutBuffer:
 
     def _drop_stale(self) -> None:
         oldest_allowed = self._trainer_version - self.max_version_gap
-        fresh, stale = collections.deque(), []
+        fresh = collections.deque()
+        stale = []
         for group in self._groups:
             (fresh if _oldest_version(group) is None or _oldest_version(group) >= oldest_allowed else stale).append(group)
         for group in stale:

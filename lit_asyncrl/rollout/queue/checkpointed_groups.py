@@ -13,8 +13,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lit_asyncrl.rollout.records import Trajectory
+
+if TYPE_CHECKING:  # the producer imports this module
+    from lit_asyncrl.rollout.engine.protocol import Engine
+    from lit_asyncrl.rollout.queue.producer import RolloutProducer
 
 _COUNTERS = ("tool_calls", "tool_call_errors")
 
@@ -52,14 +58,14 @@ def _trajectory_state(trajectory: Trajectory) -> dict:
     return state
 
 
-def in_flight_groups(engines: list, producers: list) -> list[dict]:
+def in_flight_groups(engines: Sequence[Engine | None], producers: Sequence[RolloutProducer | None]) -> list[dict]:
     """Each live lane's groups in flight (`RolloutProducer.in_flight_state`), read on its engine's loop."""
     groups = []
     for engine, producer in zip(engines, producers):
         if engine is None or producer is None or engine.dead_reason() is not None:
             continue
 
-        async def read(producer=producer) -> list[dict]:
+        async def read(producer: RolloutProducer = producer) -> list[dict]:
             return producer.in_flight_state()
 
         try:

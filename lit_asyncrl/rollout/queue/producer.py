@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import dataclasses
 import itertools
 import pickle
@@ -18,7 +19,8 @@ from lit_asyncrl.rollout.engine.protocol import Engine
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import EpisodeFormat
 from lit_asyncrl.rollout.episodes.replay import committed_part
-from lit_asyncrl.rollout.episodes.runner import play_instance
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_instance
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import groups_from_state, groups_to_state
@@ -26,13 +28,79 @@ from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
 from lit_asyncrl.rollout.serving.instances import training_instance
 
 
+@dataclasses.dataclass(frozen=True)
+class ProducerSettings:
+    """What a producer generates, how much of it at once, and how it shares the work with the
+    producers of the other engine lanes; the service sets them for each lane.
+
+    Attributes:
+        group_size: episodes per group, all of one task instance (their advantages are relative).
+        max_concurrent_groups: the most groups in flight at once (async mode's cap).
+        sampling: the policy's sampling settings.
+        max_context: the engine's context in tokens.
+        seed: seeds the draw of task instances and of the episodes' reset seeds.
+        groups_per_version: sync mode: exactly this many groups per weight version, then generation
+            waits for the next version; None = async mode.
+        env_failure_limit: the share of environment failures over the last `env_failure_window`
+            episodes above which the run stops (`EnvironmentFailureRateError`).
+        env_failure_window: how many recent episodes the failure rate and `rollout/tool_calls_per_episode`
+            are taken over.
+        group_ids: where group ids come from, shared by the producers of several engines (and a
+            restarted engine's) so that ids never repeat; None = a count of its own from 0.
+        admits: asked before each new group (with several engines only the least loaded starts it);
+            None = always.
+    """
+
+    group_size: int
+    max_concurrent_groups: int
+    sampling: SamplingSettings
+    max_context: int
+    seed: int
+    groups_per_version: int | None = None
+    env_failure_limit: float = 0.5
+    env_failure_window: int = 64
+    group_ids: Iterator[int] | None = None
+    admits: Callable[[], bool] | None = None
+
+
+@dataclasses.dataclass
+class ProducerStats:
+    """A producer's statistics over the run (`rollout/*`): the producer that replaces it after an
+    engine restart carries them on (`RolloutProducer.carry_counts_from`).
+
+    Attributes:
+        recent_failures: whether each of the last `env_failure_window` episodes failed in the
+            environment (timeouts included), the failure rate's window.
+        recent_tool_calls: a tool task's calls in each of the last `env_failure_window` episodes.
+        env_failures: episodes failed in the environment, by reason ("env_error", "env_malformed",
+            "timeout").
+        tool_calls: a tool task's calls, by tool.
+        tool_call_errors: a tool task's failed calls, by reason.
+        timed_out_episodes: episodes that outlived the environment's `episode_timeout_s`.
+        policy_tokens: agent tokens of the groups filed (the throughput's numerator).
+        started_at: when generation started (`time.monotonic()`; the throughput's clock).
+        resumed_episodes: episodes in flight at the checkpoint a resumed run started from, continued.
+    """
+
+    recent_failures: collections.deque[bool]
+    recent_tool_calls: collections.deque[int]
+    env_failures: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    timed_out_episodes: int = 0
+    policy_tokens: int = 0
+    started_at: float = dataclasses.field(default_factory=time.monotonic)
+    resumed_episodes: int = 0
+
+
 class RolloutProducer:
-    """Runs on the engine loop. Each group plays `group_size` episodes of one task instance.
+    """Runs on the engine loop. Each group plays `settings.group_size` episodes of one task instance.
 
     In async mode up to `max_concurrent_groups` groups are in flight whenever the buffer has room,
     so episodes keep going across weight updates (partial rollouts). In sync mode exactly
     `groups_per_version` groups are generated per weight version, and generation then waits for
-    the next version: the on-policy baseline.
+    the next version: the on-policy baseline. With a `dedicated` old-logit worker a group enters the
+    buffer only once the worker has scored its tokens.
     """
 
     def __init__(
@@ -41,52 +109,34 @@ class RolloutProducer:
         env: Environment,
         episode_formats: Mapping[str | None, EpisodeFormat],
         buffer: RolloutBuffer,
-        *,
-        group_size: int,
-        max_concurrent_groups: int,
-        temperature: float,
-        top_k: int,
-        max_context: int,
-        seed: int,
-        groups_per_version: int | None = None,
+        settings: ProducerSettings,
         dedicated: DedicatedWorker | None = None,
-        env_failure_limit: float = 0.5,
-        env_failure_window: int = 64,
-        group_ids: Iterator[int] | None = None,
-        admits: Callable[[], bool] | None = None,
     ) -> None:
-        self.engine, self.env, self.episode_formats, self.buffer = engine, env, episode_formats, buffer
-        self.group_size = group_size
-        self.max_concurrent_groups = max_concurrent_groups
-        self.sampling = {"temperature": temperature, "top_k": top_k, "max_context": max_context}
-        self.groups_per_version = groups_per_version
+        self.engine = engine
+        self.env = env
+        self.episode_formats = episode_formats
+        self.buffer = buffer
+        self.settings = settings
         self.dedicated = dedicated
+        window = settings.env_failure_window
+        self.stats = ProducerStats(recent_failures=collections.deque(maxlen=window), recent_tool_calls=collections.deque(maxlen=window))
+        # This producer's own counts, which a replacement starts over.
+        self.groups_started = 0
+        #: Groups started in place of one the buffer's filter dropped.
+        self.groups_refilled = 0
+        #: Seconds the groups waited for the dedicated worker's scores.
         self.scoring_wait_s = 0.0
-        self.timed_out_episodes = 0
-        #: A tool task's calls by tool and failed calls by reason, and the calls of recent episodes.
-        self.tool_calls: collections.Counter[str] = collections.Counter()
-        self.tool_call_errors: collections.Counter[str] = collections.Counter()
-        self.recent_tool_calls: collections.deque[int] = collections.deque(maxlen=env_failure_window)
-        #: Environment failures of the episodes (by reason, timeouts included) and over the last
-        #: `env_failure_window` episodes, where a share above `env_failure_limit` stops the run.
-        self.env_failures: collections.Counter[str] = collections.Counter()
-        self.recent_failures: collections.deque[bool] = collections.deque(maxlen=env_failure_window)
-        self.env_failure_limit = env_failure_limit
+        #: The message of the last environment failure (the failure-rate stop quotes it).
         self.last_env_failure = ""
         #: Consecutive finished episodes without a single policy token: nothing to train on, ever.
         self.episodes_without_policy_tokens = 0
         # One thread per episode that can be in flight: a slow synchronous tool holds only its own.
-        self.call_env = EnvCaller(max_workers=max_concurrent_groups * group_size)
-        self.rng = random.Random(seed)
-        #: Shared by the producers of several engines (and a restarted engine's): ids never repeat.
-        self.group_ids = group_ids if group_ids is not None else itertools.count()
-        #: Asked before each new group: with several engines, only the least loaded starts it.
-        self.admits = admits if admits is not None else lambda: True
-        self.groups_started = 0
-        #: Groups started in place of one the buffer's filter dropped.
-        self.groups_refilled = 0
-        self.policy_tokens = 0
-        self.started_at = time.monotonic()
+        self.call_env = EnvCaller(max_workers=settings.max_concurrent_groups * settings.group_size)
+        #: How every episode is played, but for its seed and recording.
+        self.episode_settings = EpisodeSettings(call_env=self.call_env, sampling=settings.sampling, max_context=settings.max_context)
+        self.rng = random.Random(settings.seed)
+        self.group_ids = settings.group_ids if settings.group_ids is not None else itertools.count()
+        self.admits = settings.admits if settings.admits is not None else lambda: True
         self._in_flight: set[asyncio.Task] = set()
         # Engine version when each in-flight group started: its tokens carry this version or newer.
         self._start_versions: dict[int, int] = {}
@@ -96,26 +146,20 @@ class RolloutProducer:
         self._groups: dict[int, _Group] = {}
         #: Groups in flight at the checkpoint a resumed run started from, continued first.
         self.resumed_groups: list[dict] = []
-        self.resumed_episodes = 0
         self._task: asyncio.Task | None = None
         self.error: BaseException | None = None
 
     def carry_counts_from(self, previous: RolloutProducer) -> None:
-        """Keep the statistics of the producer this one replaces (after an engine restart)."""
-        self.timed_out_episodes, self.policy_tokens = previous.timed_out_episodes, previous.policy_tokens
-        self.env_failures.update(previous.env_failures)
-        self.tool_calls.update(previous.tool_calls)
-        self.tool_call_errors.update(previous.tool_call_errors)
-        self.recent_tool_calls.extend(previous.recent_tool_calls)
-        self.recent_failures.extend(previous.recent_failures)
-        self.started_at = previous.started_at
+        """Keep the statistics of the producer this one replaces (after an engine restart); a copy:
+        the stopped producer holds on to its own."""
+        self.stats = copy.deepcopy(previous.stats)
         # Resumed groups the dead engine had not started yet are still owed.
-        self.resumed_groups, self.resumed_episodes = list(previous.resumed_groups), previous.resumed_episodes
+        self.resumed_groups = list(previous.resumed_groups)
 
     def start(self) -> None:
         """Start producing (thread-safe; returns at once)."""
-        if self.policy_tokens == 0:  # a replacement producer keeps its predecessor's clock
-            self.started_at = time.monotonic()
+        if self.stats.policy_tokens == 0:  # a replacement producer keeps its predecessor's clock
+            self.stats.started_at = time.monotonic()
         self.engine.loop.call_soon_threadsafe(self._start_in_loop)
 
     def _start_in_loop(self) -> None:
@@ -147,7 +191,7 @@ class RolloutProducer:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.policy_tokens / max(time.monotonic() - self.started_at, 1e-9)
+        return self.stats.policy_tokens / max(time.monotonic() - self.stats.started_at, 1e-9)
 
     @property
     def oldest_in_flight_version(self) -> int | None:
@@ -161,18 +205,23 @@ class RolloutProducer:
         return len(self._in_flight)
 
     async def _run(self) -> None:
-        started_for_version, version, refilled_before = 0, self.engine.version, self.groups_refilled
+        started_for_version = 0
+        version = self.engine.version
+        refilled_before = self.groups_refilled
         try:
             while True:
                 if self.engine.version != version:
-                    started_for_version, version, refilled_before = 0, self.engine.version, self.groups_refilled
+                    started_for_version = 0
+                    version = self.engine.version
+                    refilled_before = self.groups_refilled
                 # A group the buffer's filter dropped is replaced (`groups_refilled`): a synchronous
                 # batch needs its number of groups from this version.
                 refills = self.groups_refilled - refilled_before
-                quota = None if self.groups_per_version is None else self.groups_per_version + refills
+                groups_per_version = self.settings.groups_per_version
+                quota = None if groups_per_version is None else groups_per_version + refills
                 sync_quota_used = quota is not None and started_for_version >= quota
-                full = len(self._in_flight) >= self.max_concurrent_groups
-                if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.group_size):
+                full = len(self._in_flight) >= self.settings.max_concurrent_groups
+                if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.settings.group_size):
                     await asyncio.sleep(0.005)
                     continue
                 # Registered before its task first runs: a checkpoint or the trainer's release of
@@ -199,9 +248,9 @@ class RolloutProducer:
                 self.buffer.drop_produced(1, "restart")
                 continue
             failure = trajectory.env_failure or ("timeout" if trajectory.timed_out else None)
-            self.recent_failures.append(failure is not None)
+            self.stats.recent_failures.append(failure is not None)
             if failure is not None:
-                self.env_failures[failure] += 1
+                self.stats.env_failures[failure] += 1
                 self.last_env_failure = trajectory.env_failure_message or self.last_env_failure
             if trajectory.env_failure is None:
                 kept.append(trajectory)  # a timed-out episode keeps its tokens and reward
@@ -218,12 +267,13 @@ class RolloutProducer:
                 f"can be trained (the prompt fills the context, {config_key('rollout.max_model_len')}, or the environment ends episodes "
                 "before the agent's first turn)"
             )
-        window = self.recent_failures
-        if len(window) == window.maxlen and sum(window) > self.env_failure_limit * len(window):
-            reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.env_failures.items()))
+        window = self.stats.recent_failures
+        limit = self.settings.env_failure_limit
+        if len(window) == window.maxlen and sum(window) > limit * len(window):
+            reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.stats.env_failures.items()))
             raise EnvironmentFailureRateError(
                 f"{sum(window)} of the last {len(window)} episodes failed in the environment, above "
-                f"{config_key('rollout.env_failure_limit')}={self.env_failure_limit} (so far {reasons}); last error: {self.last_env_failure}"
+                f"{config_key('rollout.env_failure_limit')}={limit} (so far {reasons}); last error: {self.last_env_failure}"
             )
 
     async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:
@@ -240,47 +290,52 @@ class RolloutProducer:
         if resumed is None:
             group_id = next(self.group_ids)
             instance = training_instance(self.env, self.rng, self.buffer.counts())
-            seeds, recorded = [self.rng.getrandbits(31) for _ in range(self.group_size)], [None] * self.group_size
+            seeds = [self.rng.getrandbits(31) for _ in range(self.settings.group_size)]
+            recorded = [None] * self.settings.group_size
         else:
-            group_id, instance, seeds = resumed["group_id"], pickle.loads(resumed["instance"]), list(resumed["seeds"])
+            group_id = resumed["group_id"]
+            instance = pickle.loads(resumed["instance"])
+            seeds = list(resumed["seeds"])
             recorded = resumed_episodes(resumed)
-            self.resumed_episodes += len(recorded)
+            self.stats.resumed_episodes += len(recorded)
         # An episode that had ended before the checkpoint is kept as it was; the others start anew.
         trajectories = [episode if episode is not None and episode.finished else Trajectory(group_id=group_id) for episode in recorded]
         versions = [self.engine.version, *(episode.oldest_version for episode in recorded if episode and episode.num_policy_tokens)]
         self._start_versions[group_id] = min(versions)
-        self._groups[group_id] = group = _Group(group_id, instance, seeds, trajectories, recorded)
+        group = _Group(group_id, instance, seeds, trajectories, recorded)
+        self._groups[group_id] = group
         self.active.update(trajectories)
         return group
 
     async def _play_group(self, group: _Group) -> None:
         """Play one group, attach advantages and file it; any failure is kept for the trainer."""
-        group_id, trajectories = group.group_id, group.trajectories
+        group_id = group.group_id
+        trajectories = group.trajectories
         filed = False
         try:
             episodes = []
             for trajectory, seed, recorded in zip(trajectories, group.seeds, group.recorded):
                 if not trajectory.finished:
-                    settings = {"call_env": self.call_env, "seed": seed, "recorded": recorded, **self.sampling}
-                    episodes.append(play_instance(self.engine, self.env, self.episode_formats, group.instance, trajectory, **settings))
+                    settings = dataclasses.replace(self.episode_settings, seed=seed, recorded=recorded)
+                    episodes.append(play_instance(self.engine, self.env, self.episode_formats, group.instance, trajectory, settings))
             await asyncio.gather(*episodes)
             self._groups.pop(group_id, None)  # played: from here on no checkpoint records it in flight
-            self.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
+            self.stats.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
             for trajectory in trajectories:
-                self.tool_calls.update(trajectory.tool_calls)
-                self.tool_call_errors.update(trajectory.tool_call_errors)
-                self.recent_tool_calls.append(sum(trajectory.tool_calls.values()))
+                self.stats.tool_calls.update(trajectory.tool_calls)
+                self.stats.tool_call_errors.update(trajectory.tool_call_errors)
+                self.stats.recent_tool_calls.append(sum(trajectory.tool_calls.values()))
             kept = self._drop_failed(trajectories)
             if kept:
                 if self.dedicated is not None:
                     await self._wait_for_old_logprobs(kept)
                 for trajectory, advantage in zip(kept, group_normalized_advantages([t.reward for t in kept])):
                     trajectory.advantage = advantage
-                self.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in kept)
-                if not self.buffer.put_group(kept, reserved=self.group_size):
+                self.stats.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in kept)
+                if not self.buffer.put_group(kept, reserved=self.settings.group_size):
                     self.groups_refilled += 1
             else:
-                self.buffer.release(self.group_size, group_id)
+                self.buffer.release(self.settings.group_size, group_id)
             filed = True
             self._check_failure_rate()
         except asyncio.CancelledError:
@@ -290,7 +345,7 @@ class RolloutProducer:
                 self.error = error
         finally:
             if not filed:
-                self.buffer.release(self.group_size)
+                self.buffer.release(self.settings.group_size)
             self.active.difference_update(trajectories)
             self._start_versions.pop(group_id, None)
             self._groups.pop(group_id, None)

@@ -20,12 +20,13 @@ from typing import Any
 
 import torch
 
-from lit_asyncrl.rollout.engine.protocol import EngineDeadError, EngineLoop, TurnOutput
-from lit_asyncrl.rollout.engine.settings import EngineConfig, weight_sender
+from lit_asyncrl.rollout.engine.protocol import EngineDeadError, EngineLoop, TurnOutput, cancel_other_tasks
+from lit_asyncrl.rollout.engine.settings import EngineConfig
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.rollout.processes.temp_dirs import remove_run_dir
 from lit_asyncrl.rollout.ray_actors.placement import RAY_RUNTIME, RayPlacement
-from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors
+from lit_asyncrl.rollout.weights.choice import actor_route
+from lit_asyncrl.rollout.weights.route import WeightPush
 
 
 class EngineActor:
@@ -64,7 +65,7 @@ class EngineActor:
         finally:
             turn.cancel()
 
-    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> WeightPush:
         return self.engine.push_weights(state_dict, version)
 
     # vLLM's weight-sync control plane under the names its `RayVLLMWeightSyncClient` calls, so
@@ -124,12 +125,8 @@ class RayEngine(EngineLoop):
         self._checked_at = 0.0
         #: Streamed pieces added to their trajectories here (on the local loop).
         self._pieces_received = 0
-        #: The trainer side of vLLM's weight-transfer API (None for the `file` route, which
-        #: ships the tensors through Ray's object store).
-        self._sender = weight_sender(config)
-        #: Only what changed since the actor's last push crosses to it (`changed_tensors.py`); an
-        #: adapter always goes whole.
-        self._changed = ChangedTensors()
+        #: vLLM's weight-transfer API from this process, or Ray's object store to the actor's engine.
+        self._route = actor_route(config)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -166,8 +163,10 @@ class RayEngine(EngineLoop):
         """Stop the actor's engine, the actor and the local loop; release Ray. Safe to call twice."""
         import ray
 
-        actor, self._actor = self._actor, None
+        actor = self._actor
+        self._actor = None
         try:
+            self._route.close()
             if actor is not None:
                 try:
                     ray.get(actor.shutdown.remote(), timeout=60)
@@ -176,7 +175,7 @@ class RayEngine(EngineLoop):
                 finally:
                     ray.kill(actor)
             if self._loop is not None and self._loop.is_running():
-                asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), self._loop).result(timeout=30)
+                asyncio.run_coroutine_threadsafe(cancel_other_tasks(), self._loop).result(timeout=30)
                 self._loop.call_soon_threadsafe(self._loop.stop)
             if self._thread is not None:
                 self._thread.join(timeout=30)
@@ -224,50 +223,46 @@ class RayEngine(EngineLoop):
         raise EngineDeadError("the vLLM engine's Ray actor ended a turn without its result")
 
     # -- weights (called from the trainer thread) --------------------------------------------
-    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        """The actor's engine loads `state_dict` in place as `version`: over vLLM's weight-transfer
-        API, driven through vLLM's Ray client, or else sent through Ray's object store."""
+    def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> WeightPush:
+        """The actor's engine loads `state_dict` in place as `version`, by this engine's route: over
+        vLLM's weight-transfer API, driven through vLLM's Ray client, or through Ray's object store."""
         import ray
 
-        changed = state_dict if self.config.serves_adapters else self._changed.select(state_dict)
-        if self._sender is not None and changed:
-            timings = self._send_weights(changed, version)
-            self._changed.sent(state_dict)
-            return timings
-        start = time.perf_counter()
-        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in changed.items()}
         try:
-            timings = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.config.stall_timeout_s)
+            return self._route.push(self, state_dict, version)
+        except ray.exceptions.RayError as error:
+            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
+
+    def push_in_actor(self, tensors: Mapping[str, torch.Tensor], version: int) -> WeightPush:
+        """Hand `tensors` (on the CPU) to the actor's engine, which pushes them by its own route."""
+        import ray
+
+        try:
+            pushed = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.config.stall_timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise EngineDeadError(
                 f"the vLLM engine stopped answering: a weight push got no answer within {self.config.stall_timeout_s:g} s"
             ) from None
-        except ray.exceptions.RayError as error:
-            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
         self.version = version
-        self._changed.sent(state_dict)
-        # `write_s` here also counts the trip through Ray's object store.
-        return {"write_s": time.perf_counter() - start - timings["pause_s"], "pause_s": timings["pause_s"], "bytes": timings["bytes"]}
+        return pushed
 
-    def _send_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
-        import ray
+    def weight_sync_client(self) -> Any:
+        """vLLM's weight-sync client of the actor's engine (the actor answers under vLLM's names)."""
         from vllm.distributed.weight_transfer import RayVLLMWeightSyncClient
 
-        if self._sender.address == "127.0.0.1" and self.placement.address is not None:
-            # On a cluster the actor may be on another node: it joins the trainer's rendezvous there.
-            self._sender.address = ray.util.get_node_ip_address()
-        start = time.perf_counter()
-        self.pause()
-        try:
-            nbytes = self._sender.push(state_dict, RayVLLMWeightSyncClient(self._actor))
-            self.version = version
-            self._call("update_weight_version", str(version))
-        except ray.exceptions.RayError as error:
-            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
-        finally:
-            if self.dead_reason() is None:
-                self.resume()
-        return {"write_s": 0.0, "pause_s": time.perf_counter() - start, "bytes": float(nbytes)}
+        return RayVLLMWeightSyncClient(self._actor)
+
+    def trainer_address(self) -> str:
+        """Where the actor's engine reaches the trainer: on a cluster the actor may be on another
+        node, so it joins the trainer's rendezvous at this node's address."""
+        import ray
+
+        return "127.0.0.1" if self.placement.address is None else ray.util.get_node_ip_address()
+
+    def set_version(self, version: int) -> None:
+        """Label what the actor's engine samples from now on `version`."""
+        self.version = version
+        self._call("update_weight_version", str(version))
 
     def pause(self) -> None:
         """Pause the actor's engine, then wait here until every piece it streamed before the pause
@@ -291,10 +286,3 @@ class RayEngine(EngineLoop):
             return ray.get(getattr(self._actor, method).remote(*args), timeout=self.config.stall_timeout_s)
         except ray.exceptions.RayError as error:
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error
-
-
-async def _cancel_other_tasks() -> None:
-    pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)

@@ -18,6 +18,7 @@ import torch
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.service import RolloutService, ScoreFn
+from lit_asyncrl.rollout.weights.route import WeightPush
 
 
 def check_batch_splits(groups_per_batch: int, world_size: int) -> None:
@@ -139,11 +140,11 @@ class RankZeroRollouts:
         shards = split_by_groups(self.service.next_batch(timeout_s), self.world_size) if self.is_host else None
         return self._scatter(shards)
 
-    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> WeightPush | None:
         # DDP keeps every replica's weights equal: the host's push serves all ranks.
         if version % self.service.weight_sync_every == 0:
             weights = whole_tensors(weights)
-        return self.service.publish_weights(weights, version) if self.is_host else {}
+        return self.service.publish_weights(weights, version) if self.is_host else None
 
     def live_versions(self) -> list[int]:
         return self._broadcast(self.service.live_versions() if self.is_host else None)

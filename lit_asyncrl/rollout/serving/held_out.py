@@ -15,7 +15,8 @@ from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import EpisodeFormat
-from lit_asyncrl.rollout.episodes.runner import play_instance
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_instance
+from lit_asyncrl.rollout.episodes.sampling import GREEDY, SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory, task_columns
 from lit_asyncrl.rollout.service import RolloutServiceError
 
@@ -26,7 +27,7 @@ class HeldOutEvaluator:
     Args:
         env: the task (a mixture plays each instance as its own task).
         episode_formats: each task's episode format, by task name.
-        temperature, top_k: the sampled episodes' settings (the greedy one takes top-1).
+        sampling: the sampled episodes' settings (the greedy one takes top-1, `GREEDY`).
         max_context: the engines' context in tokens.
         task_names: a mixture's task names (results say which task played each row); () otherwise.
     """
@@ -35,13 +36,14 @@ class HeldOutEvaluator:
         self,
         env: Environment,
         episode_formats: Mapping[str | None, EpisodeFormat],
-        temperature: float,
-        top_k: int,
+        sampling: SamplingSettings,
         max_context: int,
         task_names: Sequence[str],
     ) -> None:
-        self.env, self.episode_formats = env, episode_formats
-        self.temperature, self.top_k, self.max_context = temperature, top_k, max_context
+        self.env = env
+        self.episode_formats = episode_formats
+        self.sampling = sampling
+        self.max_context = max_context
         self.task_names = tuple(task_names)
 
     def evaluate(self, engines: Sequence[Engine], instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
@@ -76,29 +78,17 @@ class HeldOutEvaluator:
         """
         # Its own thread pool: evaluation's synchronous tools never queue behind training episodes.
         call_env = EnvCaller(max_workers=max(1, min(64, len(instances) * (samples + 1))))
-        sampled = {"temperature": self.temperature, "top_k": self.top_k}
-        greedy = {"temperature": 1.0, "top_k": 1}  # top-1 sampling is greedy decoding
 
-        async def play(instance: Any, seed: int, sampling: dict) -> Trajectory:
+        async def play(instance: Any, seed: int, sampling: SamplingSettings) -> Trajectory:
             trajectory = Trajectory(group_id=-1)
-            max_context = self.max_context
-            return await play_instance(
-                engine,
-                self.env,
-                self.episode_formats,
-                instance,
-                trajectory,
-                call_env=call_env,
-                seed=seed,
-                max_context=max_context,
-                **sampling,
-            )
+            settings = EpisodeSettings(call_env=call_env, sampling=sampling, max_context=self.max_context, seed=seed)
+            return await play_instance(engine, self.env, self.episode_formats, instance, trajectory, settings)
 
         async def play_all() -> list[Trajectory]:
             plays = []
             for index, instance in zip(indices, instances):
-                plays += [play(instance, index * (samples + 1) + j, sampled) for j in range(samples)]
-                plays.append(play(instance, index * (samples + 1) + samples, greedy))
+                plays += [play(instance, index * (samples + 1) + j, self.sampling) for j in range(samples)]
+                plays.append(play(instance, index * (samples + 1) + samples, GREEDY))
             return await asyncio.gather(*plays)
 
         try:

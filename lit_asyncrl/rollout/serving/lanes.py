@@ -18,7 +18,8 @@ class EngineLanes:
     """`count` lanes; `new_engine(initial_version)` makes and launches one lane's engine."""
 
     def __init__(self, count: int, new_engine: Callable[[int], Engine]) -> None:
-        self.count, self.new_engine = count, new_engine
+        self.count = count
+        self.new_engine = new_engine
         #: One engine and one producer per lane (None before a lane is up and after `close`).
         self.engines: list[Engine | None] = [None] * count
         self.producers: list[RolloutProducer | None] = [None] * count
@@ -51,7 +52,8 @@ class EngineLanes:
 
     def engine_up(self, lane: int, version: int) -> Engine:
         """Lane `lane`'s engine serving requests: the one launched early, or a new one at `version`."""
-        engine, self.early_engines[lane] = self.early_engines[lane], None
+        engine = self.early_engines[lane]
+        self.early_engines[lane] = None
         if engine is None:  # a restart
             engine = self.new_engine(version)
         self.engines[lane] = engine
@@ -72,7 +74,8 @@ class EngineLanes:
     def take_down(self, lane: int) -> tuple[int, int]:
         """Stop lane `lane`'s producer and shut its (dead) engine down; returns the episodes it was
         generating and its groups in flight, which the caller accounts for."""
-        engine, producer = self.engines[lane], self.producers[lane]
+        engine = self.engines[lane]
+        producer = self.producers[lane]
         lost = len(producer.active) if producer is not None else 0
         try:
             if producer is not None:  # cancels the dead engine's groups on its loop, if it still runs
@@ -88,7 +91,9 @@ class EngineLanes:
         every engine down, launched-only ones included; every step runs whatever the one before did."""
         producers = self.producers
         engines = [engine or early for engine, early in zip(self.engines, self.early_engines)]
-        self.producers, self.engines, self.early_engines = [None] * self.count, [None] * self.count, [None] * self.count
+        self.producers = [None] * self.count
+        self.engines = [None] * self.count
+        self.early_engines = [None] * self.count
         try:
             for producer, engine in zip(producers, engines):
                 if producer is not None:

@@ -27,13 +27,13 @@ def rollout_stats(
     stats["rollout/in_flight_groups"] = float(sum(p.in_flight_groups for p in producers))
     stats["rollout/tokens_per_s"] = float(sum(p.tokens_per_s for p in producers))
     stats["rollout/engine_version"] = float(min((e.version for e in engines if e is not None), default=-1))
-    stats["rollout/timed_out_episodes"] = float(sum(p.timed_out_episodes for p in producers))
+    stats["rollout/timed_out_episodes"] = float(sum(p.stats.timed_out_episodes for p in producers))
     if producers:
-        stats["rollout/env_failures"] = float(sum(sum(p.env_failures.values()) for p in producers))
-        recent = [failed for p in producers for failed in p.recent_failures]
+        stats["rollout/env_failures"] = float(sum(sum(p.stats.env_failures.values()) for p in producers))
+        recent = [failed for p in producers for failed in p.stats.recent_failures]
         stats["rollout/env_failure_rate"] = sum(recent) / max(len(recent), 1)
     stats["rollout/engine_restarts"] = float(engine_restarts)
-    resumed = sum(p.resumed_episodes for p in producers)
+    resumed = sum(p.stats.resumed_episodes for p in producers)
     if resumed:  # after a resume: episodes in flight at the checkpoint, continued
         stats["rollout/resumed_in_flight"] = float(resumed)
     stats.update(tool_call_stats(producers))
@@ -55,11 +55,12 @@ def tool_call_stats(producers: Sequence[RolloutProducer]) -> dict[str, float]:
     the run) and `rollout/tool_calls_per_episode` (over the recent episodes); none for other tasks."""
     if not any(isinstance(task, ToolEnv) for producer in producers for task in producer.env.tasks().values()):
         return {}
-    calls, errors = collections.Counter(), collections.Counter(dict.fromkeys(ERROR_REASONS, 0))
+    calls = collections.Counter()
+    errors = collections.Counter(dict.fromkeys(ERROR_REASONS, 0))
     for producer in producers:
-        calls.update(producer.tool_calls)
-        errors.update(producer.tool_call_errors)
-    recent = [count for producer in producers for count in producer.recent_tool_calls]
+        calls.update(producer.stats.tool_calls)
+        errors.update(producer.stats.tool_call_errors)
+    recent = [count for producer in producers for count in producer.stats.recent_tool_calls]
     stats = {f"rollout/tool_calls/{tool}": float(count) for tool, count in sorted(calls.items())}
     stats.update({f"rollout/tool_call_errors/{reason}": float(count) for reason, count in errors.items()})
     stats["rollout/tool_calls_per_episode"] = sum(recent) / len(recent) if recent else 0.0

@@ -16,11 +16,12 @@ from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.engine.settings import EngineConfig, parallelism_args
 from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.old_logits.scoring import score_unscored_on
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import in_flight_groups, next_group_id, not_settled, resumable
-from lit_asyncrl.rollout.queue.producer import RolloutProducer
+from lit_asyncrl.rollout.queue.producer import ProducerSettings, RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory, training_batch
 from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn
 from lit_asyncrl.rollout.serving.distributed import RankZeroRollouts, check_batch_splits
@@ -31,7 +32,8 @@ from lit_asyncrl.rollout.serving.placement import placement_factories
 from lit_asyncrl.rollout.serving.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
 from lit_asyncrl.rollout.serving.stats import rollout_stats
 from lit_asyncrl.rollout.settings import RolloutConfig
-from lit_asyncrl.rollout.weights.transfer import check_changed_elements, select_weight_transfer, trainer_device_type
+from lit_asyncrl.rollout.weights.choice import check_changed_elements, select_weight_transfer, trainer_device_type
+from lit_asyncrl.rollout.weights.route import WeightPush, pushed_one_after_another
 from lit_asyncrl.text import pad_token_id
 
 
@@ -86,7 +88,8 @@ class VLLMRolloutService:
         for name, task in env.tasks().items():
             check_context_holds_a_turn(task, self.episode_formats[name], rollout.max_model_len, seed)
         self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap, rollout.group_filter())
-        self.evaluator = HeldOutEvaluator(env, self.episode_formats, self.temperature, self.top_k, rollout.max_model_len, self.task_names)
+        sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
+        self.evaluator = HeldOutEvaluator(env, self.episode_formats, sampling, rollout.max_model_len, self.task_names)
         self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()
         self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
@@ -168,34 +171,29 @@ class VLLMRolloutService:
     def _launch(self, lane: int) -> None:
         """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
         engine = self.lanes.engine_up(lane, self._version)
+        sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
         if self._use_dedicated and self.dedicated is None:
-            sampling = {"temperature": self.temperature, "top_k": self.top_k, "pad_id": self.pad_id}
             self.dedicated = DedicatedWorker(
-                self.model_path, **sampling, lora=self.rollout.lora, worker_factory=self.dedicated_worker_factory
+                self.model_path, sampling=sampling, pad_id=self.pad_id, lora=self.rollout.lora, worker_factory=self.dedicated_worker_factory
             )
             self.dedicated.start(engine.loop)
             self.dedicated.send_weights(self._weights, self._version)
         engine.push_weights(self._weights, self._version)
         self.buffer.set_trainer_version(self._version)
-        producer = RolloutProducer(
-            engine,
-            self.env,
-            self.episode_formats,
-            self.buffer,
+        settings = ProducerSettings(
             group_size=self.group_size,
             max_concurrent_groups=lane_share(self.rollout.max_concurrent_groups, lane, self.num_engines, minimum=1),
-            temperature=self.temperature,
-            top_k=self.top_k,
+            sampling=sampling,
             max_context=self.engine_config.max_model_len,
             # Each lane, each restart and a resumed run (at its version) draw other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane + 104_729 * self._version,
             groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
-            dedicated=self.dedicated,
             env_failure_limit=self.rollout.env_failure_limit,
             env_failure_window=self.rollout.env_failure_window,
             group_ids=self._group_ids,
             admits=lambda: self.lanes.router.admits(lane),
         )
+        producer = RolloutProducer(engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated)
         if lane == 0:
             producer.resumed_groups, self._resumed = self._resumed, []
         self.lanes.producer_up(lane, producer, self._train)
@@ -276,10 +274,10 @@ class VLLMRolloutService:
         return self.evaluator.evaluate(engines, instances, samples, timeout_s)
 
     # -- weights ----------------------------------------------------------------------------
-    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
+    def publish_weights(self, weights: Mapping[str, torch.Tensor], version: int) -> WeightPush | None:
         self.buffer.set_trainer_version(version)
         if version % self.weight_sync_every != 0:
-            return {}
+            return None
         engines = self._engines()
         if self.dedicated is not None:
             # While paused, hand the worker every token of the outgoing version still unscored
@@ -292,23 +290,17 @@ class VLLMRolloutService:
 
             engine.run(submit_outgoing())
             self.dedicated.send_weights(weights, version)
-        self._weights, self._version = weights, version
-        timings = {"write_s": 0.0, "pause_s": 0.0, "bytes": 0.0}
+        self._weights = weights
+        self._version = version
+        pushes = []
         for lane, engine in enumerate(engines):
             try:
-                pushed = engine.push_weights(weights, version)
+                pushes.append(engine.push_weights(weights, version))
             except EngineDeadError as error:
                 if not self._may_restart():
                     raise RolloutServiceError(f"{self.lanes.name(lane)}: {error}") from error
                 self._restart_engine(lane, str(error))  # the new engine starts with these weights
-                continue
-            # Engines are pushed one after another; each stands still only for its own push.
-            timings["write_s"] += pushed["write_s"]
-            timings["pause_s"] = max(timings["pause_s"], pushed["pause_s"])
-            timings["bytes"] = pushed["bytes"]  # every engine loads the same
-            if "moved_turns" in pushed:  # adapters as versions: turns in flight moved to the new adapter
-                timings["moved_turns"] = timings.get("moved_turns", 0.0) + pushed["moved_turns"]
-        return timings
+        return pushed_one_after_another(pushes)
 
     def live_versions(self) -> list[int]:
         return self.lanes.live_versions(self.buffer.trainer_version, self.buffer.oldest_pending_version())

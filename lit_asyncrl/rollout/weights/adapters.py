@@ -37,6 +37,8 @@ import torch
 from safetensors.torch import save_file
 
 from lit_asyncrl.models.lora import LoRASettings
+from lit_asyncrl.rollout.weights.changed_tensors import WholeTensors
+from lit_asyncrl.rollout.weights.route import WeightPush, WeightRoute
 
 ADAPTER_FILE = "adapter_model.safetensors"
 
@@ -75,10 +77,9 @@ class EngineAdapters:
         self._last_id = 0
         self._lock = threading.Lock()
 
-    def push(self, tensors: Mapping[str, torch.Tensor], version: int, remove: Callable[[int], None]) -> dict[str, float]:
+    def push(self, tensors: Mapping[str, torch.Tensor], version: int, remove: Callable[[int], None]) -> WeightPush:
         """Write the adapter of `version` and make it the newest; `remove(lora_id)` asks the engine
-        to drop each adapter no longer needed. Timings `write_s`, `pause_s` (0: nothing waits) and
-        the adapter's `bytes`."""
+        to drop each adapter no longer needed. Nothing waits (no pause); `bytes`: the adapter's."""
         start = time.perf_counter()
         request, nbytes = self.write(tensors, version)
         with self._lock:
@@ -91,7 +92,7 @@ class EngineAdapters:
         for old in released:
             remove(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
-        return {"write_s": time.perf_counter() - start, "pause_s": 0.0, "bytes": float(nbytes)}
+        return WeightPush(write_s=time.perf_counter() - start, bytes=nbytes)
 
     def write(self, tensors: Mapping[str, torch.Tensor], version: int) -> tuple[Any, int]:
         """The adapter of `version` as peft's files in a new folder: (its vLLM LoRARequest, its bytes)."""
@@ -162,3 +163,32 @@ class EngineAdapters:
         """The versions whose adapters the engine holds now, oldest first."""
         with self._lock:
             return sorted(self._versions.values())
+
+
+class AdapterRoute(WeightRoute):
+    """Each version as a LoRA adapter the engine holds beside the base weights (`EngineAdapters`):
+    nothing waits for the push, and the turns moving to the new adapter move at once.
+
+    Args:
+        adapters: the engine's adapters (its generation runs each request under one of them).
+        max_loras: adapters one engine step may run at once (vLLM's `max_loras`); the live
+            versions' adapters beyond it wait for a slot, not for a push.
+    """
+
+    def __init__(self, adapters: EngineAdapters, max_loras: int) -> None:
+        super().__init__(WholeTensors())
+        self.adapters = adapters
+        self.max_loras = max_loras
+
+    def engine_arguments(self) -> dict[str, Any]:
+        # max_cpu_loras: the adapters kept loaded; an evicted one would be read again from its files.
+        return {
+            "enable_lora": True,
+            "max_lora_rank": self.adapters.settings.engine_max_rank(),
+            "max_loras": self.max_loras,
+            "max_cpu_loras": self.max_loras,
+        }
+
+    def send(self, engine: Any, tensors: Mapping[str, torch.Tensor], version: int) -> WeightPush:
+        pushed = self.adapters.push(tensors, version, engine.remove_adapter)
+        return dataclasses.replace(pushed, moved_turns=engine.adapter_pushed(version))

@@ -20,12 +20,33 @@ adapter on `q_proj` and `v_proj` only, pushed merged, changes two of the three.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 import torch
 from asyncrl_callbacks.snapshot_store import tensor_identity
 
 #: HF projection names vLLM loads as one layer (each Llama-family model's `packed_modules_mapping`).
 FUSED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+class TensorSelection(Protocol):
+    """Which tensors of a version travel to one engine."""
+
+    def select(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors of `state_dict` to send."""
+
+    def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """The engine now holds every tensor of `state_dict`."""
+
+
+class WholeTensors:
+    """Every tensor travels at every push: a LoRA adapter is a version on its own, sent whole."""
+
+    def select(self, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return dict(state_dict)
+
+    def sent(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        pass
 
 
 class ChangedTensors:

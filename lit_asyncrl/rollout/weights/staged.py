@@ -10,48 +10,17 @@ layer's packed kernel with vLLM's own dispatch, while the engine steps; the paus
 each layer at its new kernel and each other parameter at its new tensor.
 
 `StagedWeightsExtension` is mixed into vLLM's worker (`worker_extension_cls`) and called through
-`collective_rpc`; `load_weights_file` is the trainer's side of both file routes. Llama-family layouts on CPU, tensor
+`collective_rpc`; `file_routes.py` is the trainer's side of both file routes. Llama-family layouts on CPU, tensor
 parallel size 1 (a fused layer is its parts stacked along the output dimension).
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-
-#: How often the trainer asks whether staging is done (each question waits for an engine step).
-POLL_S = 0.01
-
-
-async def load_weights_file(
-    llm: Any, path: Path, staged: bool, pause: Callable, label: Callable, resume: Callable, elements: bool
-) -> float:
-    """The engine side of a file route: `pause` the engine (`AsyncLLM` `llm`), load the weights file
-    `path`, `label` the version and `resume`; staged, the file is prepared first while the engine
-    generates (with `elements`, it may hold changed elements, `changed_elements.py`). Returns the
-    seconds the engine stood still."""
-    if staged:
-        await llm.collective_rpc("stage_weights", args=(str(path), elements))
-        while not all(await llm.collective_rpc("staged_weights_ready")):
-            await asyncio.sleep(POLL_S)
-    started = time.perf_counter()
-    try:
-        await pause()
-        if staged:
-            await llm.collective_rpc("swap_staged_weights")
-        else:
-            await llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path.parent)})
-        await label()
-    finally:
-        await resume()
-    return time.perf_counter() - started
 
 
 class StagedWeightsExtension:

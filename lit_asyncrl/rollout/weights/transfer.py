@@ -1,99 +1,51 @@
-"""How the trainer's weights reach a vLLM engine: which route a run uses, and the trainer side of
-vLLM's weight-transfer API.
+"""vLLM's weight-transfer API as routes (`rollout.weight_transfer=gloo`, `nccl`, `ipc`): the trainer
+sends a version's tensors to the engine's workers while the engine stands still.
 
-Routes (`rollout.weight_transfer`):
-- `file`: write a safetensors file to shared memory; the engine reloads it (`reload_weights`).
-- `gloo`: vLLM's weight-transfer API over a gloo group (`gloo_weight_transfer.py`); CPU or GPU.
-- `nccl`: vLLM's NCCL backend; the engine on GPUs of its own (NCCL cannot put two ranks on one GPU).
-- `ipc`: vLLM's CUDA IPC backend; the engine on the trainer's GPU, reading its tensors in place.
-- `auto`: `file` on CPU; on GPUs `ipc` for one trainer process beside a local engine, else `nccl`.
+- `gloo`: a gloo group (`gloo.py`), CPU or GPU;
+- `nccl`: vLLM's NCCL backend, the engine on GPUs of its own (NCCL cannot put two ranks on one GPU);
+- `ipc`: vLLM's CUDA IPC backend, the engine on the trainer's GPU reading its tensors in place.
 
-On CPU the two routes take about as long in all (`benchmarks/bench_weight_push.py`), but `file`
+On CPU `file` and `gloo` take about as long in all (`benchmarks/bench_weight_push.py`), but `file`
 writes while the engine still generates and `gloo` sends while it stands still (SmolLM2-135M: the
-engine paused 0.63 s against 1.43 s), so `auto` keeps `file` there.
+engine paused 0.63 s against 1.43 s), so `auto` picks `file` there (`choice.py`).
 """
 
 from __future__ import annotations
 
+import abc
+import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from lit_asyncrl.config_keys import config_key
-
-WEIGHT_TRANSFERS = ("auto", "file", "staged", "gloo", "nccl", "ipc")
-#: Routes that hand the engine a weights file (`staged`: prepared while it generates, `staged_weights.py`).
-FILE_ROUTES = ("file", "staged")
-_GPU_ONLY = ("nccl", "ipc")
-
-
-def trainer_device_type() -> str:
-    """Where the trainer's tensors live: "cuda" where a GPU is visible, else "cpu"."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def check_changed_elements(push_changed_elements: bool, route: str) -> None:
-    """Changed elements are written into the engine's own copy of each tensor by the staged push's
-    engine side: refused on any other route, naming both keys."""
-    if push_changed_elements and route != "staged":
-        raise ValueError(
-            f"{config_key('rollout.push_changed_elements')}=true needs {config_key('rollout.weight_transfer')}=staged (got {route})"
-        )
-
-
-def select_weight_transfer(requested: str, device_type: str, placement: str, trainer_processes: int) -> str:
-    """The route for `rollout.weight_transfer=requested`, or a ValueError naming what to change.
-
-    `device_type` is vLLM's platform ("cuda", "cpu", ...), `placement` is `rollout.placement`,
-    `trainer_processes` the trainer's world size (only rank 0 pushes weights; see distributed.py).
-    """
-    if requested not in WEIGHT_TRANSFERS:
-        raise ValueError(f"{config_key('rollout.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}")
-    if requested == "auto":
-        if device_type != "cuda":
-            return "file"
-        return "ipc" if placement == "local" and trainer_processes == 1 else "nccl"
-    if requested == "staged" and (device_type != "cpu" or placement != "local"):
-        raise ValueError(
-            f"{config_key('rollout.weight_transfer')}=staged packs weights for vLLM's CPU kernels in a local engine "
-            f"(this machine's vLLM platform is {device_type!r}, {config_key('rollout.placement')}={placement}); use file"
-        )
-    if requested in _GPU_ONLY and device_type != "cuda":
-        raise ValueError(
-            f"{config_key('rollout.weight_transfer')}={requested} needs CUDA GPUs (this machine's vLLM platform is {device_type!r}); use gloo or file"
-        )
-    if requested == "ipc" and placement != "local":
-        raise ValueError(
-            f"{config_key('rollout.weight_transfer')}=ipc shares the trainer's GPU memory with an engine on the same machine; "
-            f"with {config_key('rollout.placement')}=ray use nccl"
-        )
-    if requested == "ipc" and trainer_processes > 1:
-        # vLLM's IPC sender all-gathers handles from every process of the default group, but the
-        # engines here are fed by rank 0 alone: the other ranks would never join that gather.
-        raise ValueError(
-            f"{config_key('rollout.weight_transfer')}=ipc with {trainer_processes} trainer processes: only rank 0 pushes weights here; use nccl"
-        )
-    return requested
-
+from lit_asyncrl.kill_points import kill_if_asked
+from lit_asyncrl.rollout.weights.changed_tensors import TensorSelection
+from lit_asyncrl.rollout.weights.route import WeightPush, WeightRoute
 
 EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
 
 def weights_for_engine(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The tensors an engine loads: whole (an FSDP shard is gathered), detached, in the engine's dtype.
-
-    A tied embedding travels once, as the head: vLLM's Llama-family loaders write `lm_head.weight`
-    into the parameter the head shares with the embedding and re-pack the head from it, while a
-    reload of the embedding alone leaves the re-packed head as it was (the logits silently wrong).
-    Checked on the real engine for both routes (`test_engine_versions.py`)."""
+    """The tensors an engine loads: whole (an FSDP shard is gathered), detached, in the engine's dtype,
+    a tied embedding once (`tied_once`)."""
     from vllm.distributed.weight_transfer.base import materialize_full_tensor
 
+    return {name: materialize_full_tensor(tensor).detach().to(dtype=dtype) for name, tensor in tied_once(state_dict).items()}
+
+
+def tied_once(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state_dict` with a tied embedding named once, as the head.
+
+    vLLM's Llama-family loaders write `lm_head.weight` into the parameter the head shares with the
+    embedding and re-pack the head from it, while a reload of the embedding alone leaves the
+    re-packed head as it was (the logits silently wrong). Checked on the real engine for every route
+    (`test_engine_versions.py`). Done before a tensor leaves this process: a copy (through Ray's
+    object store) no longer shares its storage, and the tie could not be seen any more."""
     named = dict(state_dict)
     if EMBEDDING in named and (HEAD not in named or _same_tensor(named[HEAD], named[EMBEDDING])):
         named[HEAD] = named.pop(EMBEDDING)
-    return {name: materialize_full_tensor(tensor).detach().to(dtype=dtype) for name, tensor in named.items()}
+    return named
 
 
 def _same_tensor(first: torch.Tensor, second: torch.Tensor) -> bool:
@@ -105,31 +57,6 @@ def _same_tensor(first: torch.Tensor, second: torch.Tensor) -> bool:
     if isinstance(first, DTensor) or isinstance(second, DTensor):  # shards: tied only when one object
         return False
     return first.device == second.device and first.data_ptr() == second.data_ptr() and first.shape == second.shape
-
-
-def write_weights_file(
-    state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype, directory: Path, encode: Callable | None = None
-) -> tuple[Path, int]:
-    """The file routes' trainer side: the engine's tensors as `model.safetensors` in `directory`
-    (the path and the bytes written); `encode` turns them into the file's entries (`changed_elements.py`)."""
-    from safetensors.torch import save_file
-
-    tensors = weights_for_engine(state_dict, dtype)
-    tensors = {name: tensor.to("cpu").contiguous().clone() for name, tensor in (encode(tensors) if encode else tensors).items()}
-    path = directory / "model.safetensors"
-    save_file(tensors, str(path))
-    return path, sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
-
-
-def expand_version_spans(spans: Any, num_tokens: int, fallback: int) -> list[int]:
-    """Per-token versions from vLLM's `(version, start, end)` spans over the generated tokens."""
-    if not spans:
-        return [fallback] * num_tokens
-    versions = [fallback] * num_tokens
-    for span in spans:
-        version, start, end = (span.version, span.start, span.end) if hasattr(span, "version") else span
-        versions[start:end] = [int(version)] * (end - start)
-    return versions
 
 
 def _weight_source_class() -> type:
@@ -182,45 +109,59 @@ class EngineWeightSyncClient:
         self._run(self._llm.finish_weight_update(weight_version))
 
 
-class WeightSender:
-    """The trainer side of one engine's weight transfer over vLLM's API (`gloo`, `nccl`, `ipc`).
+class TransferRoute(WeightRoute):
+    """A backend of vLLM's weight-transfer API: the engine pauses, the tensors travel to its
+    workers, the engine takes the new label and resumes.
 
-    Connects on first use (the engine must be serving): `push` then hands the latest weights to
-    vLLM's trainer engine, which runs start -> update -> finish against the engine's workers.
+    The trainer side connects at the first push (the engine must be serving) and then hands each
+    version to vLLM's trainer engine, which runs start -> update -> finish against the workers.
+
+    Args:
+        selection: which tensors travel.
+        dtype: the engine's dtype.
+        engine_workers: vLLM's workers in the engine (each joins the group).
     """
 
-    def __init__(self, backend: str, dtype: torch.dtype, engine_workers: int, address: str = "127.0.0.1") -> None:
-        self.backend = backend
+    #: vLLM's name of the backend (`WeightTransferConfig.backend`).
+    backend: ClassVar[str]
+
+    def __init__(self, selection: TensorSelection, dtype: torch.dtype, engine_workers: int) -> None:
+        super().__init__(selection)
         self.engine_workers = engine_workers
-        self.address = address
+        #: Where the engine's workers reach this process (another node's address on a Ray cluster).
+        self.address = "127.0.0.1"
         self.source = _weight_source_class()(dtype)
         self._trainer_engine: Any = None
 
-    def init_info(self) -> Any:
+    def engine_arguments(self) -> dict[str, Any]:
+        from vllm.config import WeightTransferConfig
+
+        return {"weight_transfer_config": WeightTransferConfig(backend=self.backend)}
+
+    @abc.abstractmethod
+    def trainer_init_info(self) -> Any:
         """vLLM's trainer init info for this backend (this process is the sender, rank 0)."""
-        if self.backend == "ipc":
-            from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
 
-            return IPCTrainerInitInfo(rank=0)
-        from vllm.utils.network_utils import get_open_port
+    def send(self, engine: Any, tensors: Mapping[str, torch.Tensor], version: int) -> WeightPush:
+        start = time.perf_counter()
+        engine.pause()
+        try:
+            kill_if_asked("weight_push", version)
+            nbytes = self.send_to(tensors, engine.weight_sync_client(), engine.trainer_address())
+            engine.set_version(version)
+        finally:
+            if engine.dead_reason() is None:
+                engine.resume()
+        return WeightPush(pause_s=time.perf_counter() - start, bytes=nbytes)
 
-        port, world_size = get_open_port(), 1 + self.engine_workers
-        if self.backend == "nccl":
-            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
-
-            return NCCLTrainerInitInfo(master_address=self.address, master_port=port, world_size=world_size, rank=0)
-        from lit_asyncrl.rollout.weights.gloo import GlooTrainerInitInfo, register
-
-        register()  # this process's factory; the engine's process registers through the plugin
-        return GlooTrainerInitInfo(master_address=self.address, master_port=port, world_size=world_size, rank=0)
-
-    def push(self, state_dict: Mapping[str, torch.Tensor], client: Any) -> int:
-        """Send `state_dict` to the engine's workers (the engine paused by the caller); the bytes sent."""
+    def send_to(self, tensors: Mapping[str, torch.Tensor], client: Any, address: str) -> int:
+        """Send `tensors` through vLLM's weight-sync `client` (the engine paused); the bytes sent."""
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        self.source.set(state_dict)
+        self.source.set(tensors)
         if self._trainer_engine is None:
-            self._trainer_engine = WeightTransferTrainerFactory.trainer_init(self.init_info(), client=client, source=self.source)
+            self.address = address
+            self._trainer_engine = WeightTransferTrainerFactory.trainer_init(self.trainer_init_info(), client=client, source=self.source)
         self._trainer_engine.send_weights()
         nbytes = sum(tensor.numel() * tensor.element_size() for tensor in self.source.tensors.values())
         self.source.tensors = {}  # the trainer's tensors are not kept past the push
@@ -230,3 +171,44 @@ class WeightSender:
         if self._trainer_engine is not None:
             self._trainer_engine.shutdown()
             self._trainer_engine = None
+
+    def group_size(self) -> int:
+        """The trainer and every engine worker."""
+        return 1 + self.engine_workers
+
+
+class GlooRoute(TransferRoute):
+    """vLLM's weight-transfer API over a gloo group (`gloo.py`): CPU or GPU."""
+
+    backend = "gloo"
+
+    def trainer_init_info(self) -> Any:
+        from vllm.utils.network_utils import get_open_port
+
+        from lit_asyncrl.rollout.weights.gloo import GlooTrainerInitInfo, register
+
+        register()  # this process's factory; the engine's process registers through the plugin
+        return GlooTrainerInitInfo(master_address=self.address, master_port=get_open_port(), world_size=self.group_size(), rank=0)
+
+
+class NCCLRoute(TransferRoute):
+    """vLLM's NCCL backend: the engine on GPUs of its own."""
+
+    backend = "nccl"
+
+    def trainer_init_info(self) -> Any:
+        from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+        from vllm.utils.network_utils import get_open_port
+
+        return NCCLTrainerInitInfo(master_address=self.address, master_port=get_open_port(), world_size=self.group_size(), rank=0)
+
+
+class IPCRoute(TransferRoute):
+    """vLLM's CUDA IPC backend: the engine on the trainer's GPU reads its tensors in place."""
+
+    backend = "ipc"
+
+    def trainer_init_info(self) -> Any:
+        from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
+
+        return IPCTrainerInitInfo(rank=0)

@@ -164,7 +164,7 @@ def test_the_cooperative_user_needs_the_agents_message_last():
 def test_a_chat_model_sees_the_users_answer_as_a_user_message_and_the_tools_as_tool_messages():
     from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat
     from lit_asyncrl.rollout.records import Trajectory
-    from tests.rollout.episodes.test_episode_format import CHATML, chat_tokenizer
+    from tests.support.chat_templates import CHATML, chat_tokenizer
 
     env = ServiceDeskEnv(user=CooperativeUser())
     tokenizer = chat_tokenizer(CHATML)

@@ -10,7 +10,7 @@ import pytest
 from lit_asyncrl.envs import CooperativeUser, ServiceDeskToolsEnv
 from lit_asyncrl.envs.service_desk.orders import DeskInstance, Order
 from lit_asyncrl.envs.tools import AssistantTurn, ToolCall
-from tests.xdist_groups import imports_vllm
+from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 

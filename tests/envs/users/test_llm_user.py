@@ -12,7 +12,7 @@ from lit_asyncrl.envs.service_desk.orders import CustomerGoal
 from lit_asyncrl.envs.users.llm_user import user_prompt_ids
 from lit_asyncrl.envs.users.simulated import Message
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
-from tests.rollout.episodes.test_episode_format import CHATML, chat_tokenizer
+from tests.support.chat_templates import CHATML, chat_tokenizer
 
 CONVERSATION = [Message("user", "refund mug"), Message("agent", "your order id?")]
 

@@ -17,10 +17,11 @@ from lit_asyncrl.envs.base import call_blocking
 from lit_asyncrl.rollout.engine.protocol import TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import PlainFormat
-from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import UnencodableTextError, encode_text
-from tests.rollout.queue.test_producer import FakeEngine
+from tests.support.fakes import FakeEngine
 
 
 def guess(text: str):
@@ -78,10 +79,7 @@ def play_many(engine, env, tokenizer, count: int, workers: int) -> tuple[list[Tr
                 PlainFormat(tokenizer, env),
                 5,
                 Trajectory(group_id=0),
-                call_env=caller,
-                temperature=1.0,
-                top_k=-1,
-                max_context=256,
+                EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=256),
             )
             for _ in range(count)
         ]

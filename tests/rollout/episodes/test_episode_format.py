@@ -11,27 +11,21 @@ import random
 import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv, ServiceDeskEnv
-from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
-from lit_asyncrl.rollout.engine.protocol import TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat, PlainFormat
-from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import pad_token_id
 from lit_asyncrl.warm_start import demonstration_trajectories
-from tests.rollout.queue.test_producer import FakeEngine
-from tests.xdist_groups import imports_vllm
+from tests.support.chat_templates import CHATML, chat_tokenizer
+from tests.support.fakes import FakeEngine
+from tests.support.scripted_engine import ids, scripted_engine
+from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 
-CHATML = (
-    "{% for message in messages %}"
-    "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 # Like Llama-2's: only user and assistant roles, anything else raises.
 USER_AND_ASSISTANT_ONLY = (
     "{% for message in messages %}"
@@ -50,40 +44,16 @@ NOT_INCREMENTAL = (
 )
 
 
-def chat_tokenizer(template: str = CHATML):
-    tokenizer = build_char_tokenizer()
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    tokenizer.chat_template = template
-    return tokenizer
-
-
 @pytest.fixture(scope="module")
 def chat():
     return chat_tokenizer()
 
 
-def ids(tokenizer, text: str) -> list[int]:
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
-def scripted_engine(tokenizer, turns: list[str]) -> FakeEngine:
-    """Answers the i-th request with the tokens of turns[i] (text, special tokens included)."""
-
-    async def turn(engine, prompt_ids, on_tokens):
-        out = ids(tokenizer, turns[len(engine.requests) - 1])
-        logprobs = [-0.1] * len(out)
-        on_tokens(out, logprobs)
-        return TurnOutput(out, logprobs, [engine.version] * len(out), "stop")
-
-    return FakeEngine(turn)
-
-
 def play(engine: FakeEngine, env, episode_format, instance) -> Trajectory:
     caller = EnvCaller(max_workers=1)
     try:
-        coroutine = play_episode(
-            engine, env, episode_format, instance, Trajectory(group_id=0), call_env=caller, temperature=1.0, top_k=-1, max_context=512
-        )
+        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=512)
+        coroutine = play_episode(engine, env, episode_format, instance, Trajectory(group_id=0), settings)
         return engine.run(coroutine, timeout_s=30)
     finally:
         caller.close()

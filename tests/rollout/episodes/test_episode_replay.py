@@ -15,7 +15,8 @@ from lit_asyncrl.rollout.engine.protocol import TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import PlainFormat
 from lit_asyncrl.rollout.episodes.replay import committed_part
-from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory
 from tests.support.tiny_policy import BOS, QUESTION, SEMI
 
@@ -42,8 +43,9 @@ def play(engine, tokenizer, recorded: Trajectory | None = None) -> Trajectory:
     call_env = EnvCaller(max_workers=1)
     try:
         trajectory = Trajectory(group_id=3)
-        settings = {"call_env": call_env, "temperature": 1.0, "top_k": -1, "max_context": 64, "seed": 11, "recorded": recorded}
-        return asyncio.run(play_episode(engine, env, PlainFormat(tokenizer, env), 10, trajectory, **settings))
+        sampling = SamplingSettings(temperature=1.0, top_k=-1)
+        settings = EpisodeSettings(call_env=call_env, sampling=sampling, max_context=64, seed=11, recorded=recorded)
+        return asyncio.run(play_episode(engine, env, PlainFormat(tokenizer, env), 10, trajectory, settings))
     finally:
         call_env.close()
 

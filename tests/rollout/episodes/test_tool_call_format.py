@@ -15,11 +15,13 @@ from lit_asyncrl.envs.tools import AssistantTurn, ToolCall, ToolMessage
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
-from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat, CompactToolFormat, hermes_tools_prompt
 from lit_asyncrl.rollout.records import Trajectory
-from tests.rollout.episodes.test_episode_format import CHATML, chat_tokenizer, scripted_engine
-from tests.xdist_groups import imports_vllm
+from tests.support.chat_templates import CHATML, chat_tokenizer
+from tests.support.scripted_engine import scripted_engine
+from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 
@@ -50,8 +52,8 @@ def play(engine, env, episode_format, instance) -> Trajectory:
     """One episode; a character per token, the schemas alone take 1,400 positions."""
     caller = EnvCaller(max_workers=1)
     try:
-        settings = {"call_env": caller, "temperature": 1.0, "top_k": -1, "max_context": 4096}
-        return engine.run(play_episode(engine, env, episode_format, instance, Trajectory(group_id=0), **settings), timeout_s=30)
+        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=4096)
+        return engine.run(play_episode(engine, env, episode_format, instance, Trajectory(group_id=0), settings), timeout_s=30)
     finally:
         caller.close()
         engine.shutdown()

@@ -13,12 +13,14 @@ from lit_asyncrl.envs.guess_number import GuessNumberEpisode
 from lit_asyncrl.rollout.engine.protocol import TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import PlainFormat
-from lit_asyncrl.rollout.episodes.runner import play_episode
+from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.group_filter import GroupFilter
 from lit_asyncrl.rollout.records import Trajectory, collate, group_normalized_advantages
 from lit_asyncrl.rollout.settings import RolloutConfig
-from tests.rollout.queue.test_producer import engines, holds_for, malformed_guess, wait_for  # noqa: F401 (engines: a fixture)
+from tests.support.fakes import malformed_guess
+from tests.support.polling import holds_for, wait_for
 from tests.support.tiny_policy import BOS, QUESTION, SEMI
 
 
@@ -116,8 +118,8 @@ def played(env, tokenizer, max_context: int) -> Trajectory:
     five = tokenizer.encode("5", add_special_tokens=False)
     caller = EnvCaller(max_workers=1)
     try:
-        settings = dict(call_env=caller, temperature=1.0, top_k=-1, max_context=max_context)
-        return asyncio.run(play_episode(Typist([*five, SEMI]), env, PlainFormat(tokenizer, env), 9, Trajectory(group_id=0), **settings))
+        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=max_context)
+        return asyncio.run(play_episode(Typist([*five, SEMI]), env, PlainFormat(tokenizer, env), 9, Trajectory(group_id=0), settings))
     finally:
         caller.close()
 
@@ -133,7 +135,7 @@ def test_where_the_runner_cut_an_episode_is_recorded(tokenizer):
     assert (half.cut_off, half.num_turns, half.reward) == ("context", 1, pytest.approx(-0.2))
 
 
-def test_a_synchronous_producer_replaces_the_groups_the_filter_dropped(engines, tokenizer):  # noqa: F811
+def test_a_synchronous_producer_replaces_the_groups_the_filter_dropped(engines, tokenizer):
     # Every episode writes "a;" (malformed, reward -0.2): no group carries a signal. One drop per
     # batch: the first group of a version is dropped and replaced, the next kept at the cap.
     engine = engines.engine(malformed_guess)

@@ -19,52 +19,15 @@ import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv, TaskMix
 from lit_asyncrl.rollout.engine.protocol import TurnOutput
-from lit_asyncrl.rollout.episodes.formats import PlainFormat
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import groups_to_state
-from lit_asyncrl.rollout.queue.producer import RolloutProducer
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.service import RolloutServiceError
 from lit_asyncrl.rollout.serving.vllm_service import VLLMRolloutService
 from lit_asyncrl.rollout.settings import RolloutConfig
+from tests.support.fakes import malformed_guess
+from tests.support.polling import holds_for, wait_for
 from tests.support.tiny_policy import BOS, EOS, LETTER_A, QUESTION, SEMI  # noqa: E402 (ids the hand values use)
-
-
-class FakeEngine:
-    """An event loop on a daemon thread plus a scripted `generate`."""
-
-    def __init__(self, turn) -> None:
-        self.turn = turn  # async (engine, prompt_ids, on_tokens) -> TurnOutput
-        self.version = 0
-        self.dead: str | None = None
-        self.requests: list[dict] = []
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="fake-engine", daemon=True)
-        self._thread.start()
-
-    def run(self, coroutine, timeout_s=None):
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
-
-    async def generate(self, prompt_ids, *, max_tokens, temperature, top_k=-1, stop_token_ids=(), ignore_eos=False, on_tokens=None):
-        self.requests.append(
-            {"prompt": list(prompt_ids), "max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "stop": list(stop_token_ids)}
-        )
-        return await self.turn(self, prompt_ids, on_tokens)
-
-    def dead_reason(self) -> str | None:
-        return self.dead
-
-    def shutdown(self) -> None:
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
-
-
-async def malformed_guess(engine, prompt_ids, on_tokens):
-    """Writes "a;" at once: GuessNumberEnv ends the episode after this one turn (malformed_reward)."""
-    ids, logprobs = [LETTER_A, SEMI], [-0.5, -0.25]
-    on_tokens(ids, logprobs)
-    return TurnOutput(ids, logprobs, [engine.version] * 2, "stop")
 
 
 def blocking_turn(release: list):
@@ -88,51 +51,6 @@ def delayed_boom(delay_s: float):
         raise RuntimeError("boom")
 
     return turn
-
-
-@pytest.fixture
-def engines():
-    """Creates fake engines and shuts down what is still running at teardown."""
-    made: list[tuple[FakeEngine, list[RolloutProducer]]] = []
-
-    class Factory:
-        def engine(self, turn) -> FakeEngine:
-            engine = FakeEngine(turn)
-            made.append((engine, []))
-            return engine
-
-        def producer(self, engine: FakeEngine, buffer: RolloutBuffer, tokenizer, **overrides) -> RolloutProducer:
-            settings = dict(group_size=2, max_concurrent_groups=4, temperature=1.0, top_k=-1, max_context=256, seed=0)
-            settings.update(overrides)
-            env = settings.pop("env", None) or GuessNumberEnv()
-            formats = {name: PlainFormat(tokenizer, task) for name, task in env.tasks().items()}
-            producer = RolloutProducer(engine, env, formats, buffer, **settings)
-            next(entry for entry in made if entry[0] is engine)[1].append(producer)
-            return producer
-
-    yield Factory()
-    for engine, producers in made:
-        if engine.loop.is_running():
-            for producer in producers:
-                producer.stop()
-        engine.shutdown()
-
-
-def wait_for(predicate, what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.005)
-
-
-def holds_for(predicate, duration_s: float = 0.3) -> bool:
-    deadline = time.monotonic() + duration_s
-    while time.monotonic() < deadline:
-        if not predicate():
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def make_service(
@@ -404,7 +322,7 @@ def test_episodes_the_environment_fails_are_dropped_with_their_reason_and_the_re
     # Every group of 2 lost one episode: half of what was produced is dropped as env_error.
     assert counts["dropped_env_error"] == counts["produced"] // 2 == counts["pending"]
     assert all(len(group) == 1 for group in buffer.take(counts["pending"], timeout_s=1))
-    assert producer.env_failures == {"env_error": counts["dropped_env_error"]}
+    assert producer.stats.env_failures == {"env_error": counts["dropped_env_error"]}
     assert "EveryOtherResetFails.reset raised ConnectionError('simulated user went away')" in producer.last_env_failure
     assert producer.error is None  # 50 % stays under the 60 % limit: training goes on
 
@@ -531,7 +449,7 @@ def test_groups_in_flight_at_a_checkpoint_are_continued_by_the_resumed_producer(
     for trajectory in continued:
         assert trajectory.token_ids == [BOS, QUESTION, SEMI] and trajectory.versions == [-1, -1, 5]
     assert requests[0]["prompt"] == [BOS, QUESTION]
-    assert second.resumed_episodes == 2 and second.resumed_groups == []
+    assert second.stats.resumed_episodes == 2 and second.resumed_groups == []
 
 
 def test_an_episode_that_had_ended_before_the_checkpoint_is_kept_as_it_was(engines, tokenizer):

@@ -21,7 +21,7 @@ def push(adapters, removed, version, value=0.0):
 def test_a_request_keeps_its_adapter_and_unused_adapters_go_at_the_next_push(tmp_path):
     adapters, removed = EngineAdapters(LoRASettings(rank=8, alpha=32.0), tmp_path), []
     timings = push(adapters, removed, version=0, value=1.0)
-    assert (timings["bytes"], timings["pause_s"]) == (8 * 128 * 4, 0.0)
+    assert (timings.bytes, timings.pause_s) == (8 * 128 * 4, 0.0)
     first = adapters.begin()
     assert (first.lora_id, first.version) == (1, 0)
     # The adapter's files are peft's: its config (rank, alpha, targets) and the tensors pushed.

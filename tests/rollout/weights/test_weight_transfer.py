@@ -3,9 +3,15 @@
 import pytest
 import torch
 
+from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.engine.settings import EngineConfig, engine_args
-from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient, WeightSender, select_weight_transfer, weights_for_engine
-from tests.xdist_groups import imports_vllm
+from lit_asyncrl.rollout.weights.actor_route import ActorRoute
+from lit_asyncrl.rollout.weights.adapters import AdapterRoute, EngineAdapters
+from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors, WholeTensors
+from lit_asyncrl.rollout.weights.choice import actor_route, local_route, select_weight_transfer
+from lit_asyncrl.rollout.weights.file_routes import FileRoute, StagedRoute
+from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient, GlooRoute, IPCRoute, NCCLRoute, weights_for_engine
+from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 
@@ -60,19 +66,51 @@ def test_impossible_routes_are_refused_naming_the_key(requested, device, placeme
         select_weight_transfer(requested, device, placement, processes)
 
 
+@pytest.mark.parametrize(
+    ("name", "local", "to_an_actor"),
+    [
+        ("file", FileRoute, ActorRoute),
+        ("staged", StagedRoute, ActorRoute),
+        ("gloo", GlooRoute, GlooRoute),
+        ("nccl", NCCLRoute, NCCLRoute),
+        ("ipc", IPCRoute, IPCRoute),
+    ],
+)
+def test_each_chosen_route_is_a_class_of_its_own_for_both_engines(name, local, to_an_actor):
+    settings = EngineConfig(weight_transfer=name)
+    assert type(local_route(settings, adapters=None)) is local
+    assert type(actor_route(settings)) is to_an_actor
+    assert isinstance(local_route(settings, adapters=None).selection, ChangedTensors)  # then only what was written
+
+
+def test_adapters_take_the_adapter_route_whatever_the_transfer_and_travel_whole(tmp_path):
+    lora = LoRASettings(rank=8, push="adapter")
+    for name in ("file", "gloo"):
+        settings = EngineConfig(weight_transfer=name, lora=lora, max_loras=5)
+        route = local_route(settings, EngineAdapters(lora, tmp_path))
+        assert type(route) is AdapterRoute and isinstance(route.selection, WholeTensors)
+        assert route.engine_arguments() == {"enable_lora": True, "max_lora_rank": 8, "max_loras": 5, "max_cpu_loras": 5}
+        assert type(actor_route(settings)) is ActorRoute and isinstance(actor_route(settings).selection, WholeTensors)
+
+
 def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_files():
-    for route in ("gloo", "nccl", "ipc"):
-        args = engine_args("model", EngineConfig(weight_transfer=route, tensor_parallel_size=2), "cuda")
-        assert args.weight_transfer_config.backend == route
+    for name, route_class in (("gloo", GlooRoute), ("nccl", NCCLRoute), ("ipc", IPCRoute)):
+        route = route_class(ChangedTensors(), torch.float32, engine_workers=2)
+        args = engine_args("model", EngineConfig(weight_transfer=name, tensor_parallel_size=2), "cuda", route.engine_arguments())
+        assert args.weight_transfer_config.backend == name
         assert args.tensor_parallel_size == 2
-    assert engine_args("model", EngineConfig(), "cpu").weight_transfer_config is None
+    file_route = local_route(EngineConfig(), adapters=None)
+    assert file_route.engine_arguments() == {}
+    assert engine_args("model", EngineConfig(), "cpu", file_route.engine_arguments()).weight_transfer_config is None
+    staged = local_route(EngineConfig(weight_transfer="staged"), adapters=None).engine_arguments()
+    assert staged == {"worker_extension_cls": "lit_asyncrl.rollout.weights.staged.StagedWeightsExtension"}
 
 
 def test_the_trainer_opens_a_group_for_itself_and_every_engine_worker():
     from lit_asyncrl.rollout.weights.gloo import GlooTrainerInitInfo  # imports vLLM: not at collection
 
-    sender = WeightSender("gloo", torch.float32, engine_workers=EngineConfig(tensor_parallel_size=2, data_parallel_size=3).engine_workers())
-    info = sender.init_info()
+    workers = EngineConfig(tensor_parallel_size=2, data_parallel_size=3).engine_workers()
+    info = GlooRoute(ChangedTensors(), torch.float32, engine_workers=workers).trainer_init_info()
     assert isinstance(info, GlooTrainerInitInfo) and info.backend == "gloo"
     assert (info.rank, info.is_sender, info.world_size, info.master_address) == (0, True, 7, "127.0.0.1")
     assert 0 < info.master_port < 65536
@@ -82,10 +120,12 @@ def test_nccl_and_ipc_get_vllms_own_trainer_init_info():
     from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-    nccl = WeightSender("nccl", torch.bfloat16, engine_workers=4, address="10.0.0.2").init_info()
+    route = NCCLRoute(ChangedTensors(), torch.bfloat16, engine_workers=4)
+    route.address = "10.0.0.2"  # an actor's engine on another node reaches the trainer there
+    nccl = route.trainer_init_info()
     assert isinstance(nccl, NCCLTrainerInitInfo)
     assert (nccl.rank, nccl.world_size, nccl.master_address) == (0, 5, "10.0.0.2")
-    ipc = WeightSender("ipc", torch.bfloat16, engine_workers=1).init_info()
+    ipc = IPCRoute(ChangedTensors(), torch.bfloat16, engine_workers=1).trainer_init_info()
     assert isinstance(ipc, IPCTrainerInitInfo) and ipc.rank == 0
 
 
@@ -113,7 +153,7 @@ def test_the_engine_gets_its_own_dtype_and_a_tied_embedding_once_as_the_head():
 
 
 def test_the_weight_source_declares_what_it_yields():
-    sender = WeightSender("gloo", torch.bfloat16, engine_workers=1)
+    sender = GlooRoute(ChangedTensors(), torch.bfloat16, engine_workers=1)
     sender.source.set({"a.weight": torch.ones(2, 3), "b.bias": torch.zeros(4)})
     meta = sender.source.metadata()
     assert [(m.name, m.dtype, m.shape) for m in meta] == [("a.weight", torch.bfloat16, (2, 3)), ("b.bias", torch.bfloat16, (4,))]

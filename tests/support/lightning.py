@@ -1,7 +1,11 @@
-"""A bare CPU trainer and a per-step metrics recorder, shared by the engine-free unit tests."""
+"""A bare CPU trainer, a per-step metrics recorder, a logger that keeps its rows, and data modules of
+ready-made batches, shared by the engine-free unit tests."""
 
 import lightning as L
 from lightning.pytorch.loggers import Logger
+from torch.utils.data import DataLoader
+
+from tests.support.fakes import FakeRollouts
 
 
 class StepMetrics(L.Callback):
@@ -56,3 +60,23 @@ def make_trainer(max_steps: int, callbacks: list[L.Callback], logger: Logger | b
         enable_model_summary=False,
         callbacks=callbacks,
     )
+
+
+class ListDataModule(L.LightningDataModule):
+    def __init__(self, batches: list[dict], rollouts: FakeRollouts) -> None:
+        super().__init__()
+        self.batches, self.rollouts = batches, rollouts
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.batches, batch_size=None, num_workers=0)
+
+
+class PlainDataModule(L.LightningDataModule):
+    """Ready-made batches and no rollout service at all."""
+
+    def __init__(self, batches: list[dict]) -> None:
+        super().__init__()
+        self.batches = batches
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.batches, batch_size=None, num_workers=0)

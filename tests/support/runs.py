@@ -23,6 +23,15 @@ SMALL_RUN = [
     "rollout.max_concurrent_groups=4",
     "model.warm_start_steps=5",
 ]
+#: Staleness needs the engine ahead of the trainer: more groups in flight than one batch.
+#: 30 warm-start steps (as in the default run): the policy then writes valid guesses often enough
+#: that groups have non-zero advantages, so the weights move between versions.
+STALE_RUN = [
+    "trainer.max_steps=8",
+    *[o for o in SMALL_RUN if not o.startswith("model.warm_start_steps")],
+    "model.warm_start_steps=30",
+    "rollout.max_concurrent_groups=8",
+]
 
 
 def run_command(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:

@@ -22,3 +22,10 @@ def builds_a_tool_task(overrides: list[str]) -> bool:
 def grouped_by_imports(overrides: list[str]) -> list:
     """`overrides`' marks: the `imports_vllm` group for a run that plays a tool task."""
     return [imports_vllm] if builds_a_tool_task(overrides) else []
+
+
+#: The runs of the cleanup tests (and of others that compare listings as they do), in two groups of
+#: about equal length, each one test after another: runs that fail from inside and runs stopped from
+#: outside, so at most two lifecycle runs share the machine.
+FAILING_FROM_INSIDE = pytest.mark.xdist_group("cleanup_failures")
+STOPPED_FROM_OUTSIDE = pytest.mark.xdist_group("cleanup_signals")

@@ -1,0 +1,106 @@
+"""Which weight route a run takes, chosen once from the settings: the one place that reads a
+route's name (`rollout.weight_transfer`).
+
+- `file`: a safetensors file in shared memory that vLLM reloads (`file_routes.py`);
+- `staged`: the same file, prepared inside the engine while it generates (`file_routes.py`, `staged.py`);
+- `gloo`, `nccl`, `ipc`: backends of vLLM's weight-transfer API (`transfer.py`);
+- `auto`: `file` on CPU; on GPUs `ipc` for one trainer process beside a local engine, else `nccl`.
+
+With LoRA adapters as versions (`model.lora.push=adapter`) each version is an adapter, whatever the
+route (`adapters.py`); an engine in a Ray actor is sent its tensors through Ray's object store on the
+file routes (`actor_route.py`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.weights.actor_route import ActorRoute
+from lit_asyncrl.rollout.weights.adapters import AdapterRoute, EngineAdapters
+from lit_asyncrl.rollout.weights.changed_elements import ChangedElements
+from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors, WholeTensors
+from lit_asyncrl.rollout.weights.file_routes import FileRoute, StagedRoute
+from lit_asyncrl.rollout.weights.route import WeightRoute
+from lit_asyncrl.rollout.weights.transfer import GlooRoute, IPCRoute, NCCLRoute, TransferRoute
+
+WEIGHT_TRANSFERS = ("auto", "file", "staged", "gloo", "nccl", "ipc")
+#: The backends of vLLM's weight-transfer API, by the name users write.
+TRANSFER_ROUTES: dict[str, type[TransferRoute]] = {"gloo": GlooRoute, "nccl": NCCLRoute, "ipc": IPCRoute}
+_GPU_ONLY = ("nccl", "ipc")
+
+
+def trainer_device_type() -> str:
+    """Where the trainer's tensors live: "cuda" where a GPU is visible, else "cpu"."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def select_weight_transfer(requested: str, device_type: str, placement: str, trainer_processes: int) -> str:
+    """The route for `rollout.weight_transfer=requested`, or a ValueError naming what to change.
+
+    `device_type` is vLLM's platform ("cuda", "cpu", ...), `placement` is `rollout.placement`,
+    `trainer_processes` the trainer's world size (only rank 0 pushes weights; see `serving/distributed.py`).
+    """
+    if requested not in WEIGHT_TRANSFERS:
+        raise ValueError(f"{config_key('rollout.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}")
+    if requested == "auto":
+        if device_type != "cuda":
+            return "file"
+        return "ipc" if placement == "local" and trainer_processes == 1 else "nccl"
+    if requested == "staged" and (device_type != "cpu" or placement != "local"):
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}=staged packs weights for vLLM's CPU kernels in a local engine "
+            f"(this machine's vLLM platform is {device_type!r}, {config_key('rollout.placement')}={placement}); use file"
+        )
+    if requested in _GPU_ONLY and device_type != "cuda":
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}={requested} needs CUDA GPUs "
+            f"(this machine's vLLM platform is {device_type!r}); use gloo or file"
+        )
+    if requested == "ipc" and placement != "local":
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}=ipc shares the trainer's GPU memory with an engine on the same machine; "
+            f"with {config_key('rollout.placement')}=ray use nccl"
+        )
+    if requested == "ipc" and trainer_processes > 1:
+        # vLLM's IPC sender all-gathers handles from every process of the default group, but the
+        # engines here are fed by rank 0 alone: the other ranks would never join that gather.
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}=ipc with {trainer_processes} trainer processes: "
+            "only rank 0 pushes weights here; use nccl"
+        )
+    return requested
+
+
+def check_changed_elements(push_changed_elements: bool, route: str) -> None:
+    """Changed elements are written into the engine's own copy of each tensor by the staged push's
+    engine side: refused on any other route, naming both keys."""
+    if push_changed_elements and route != "staged":
+        raise ValueError(
+            f"{config_key('rollout.push_changed_elements')}=true needs {config_key('rollout.weight_transfer')}=staged (got {route})"
+        )
+
+
+def local_route(settings: EngineConfig, adapters: EngineAdapters | None) -> WeightRoute:
+    """The route of an engine in this process (`settings.weight_transfer` already chosen);
+    `adapters`: the engine's, when each version is an adapter."""
+    if adapters is not None:
+        return AdapterRoute(adapters, settings.max_loras)
+    dtype = settings.torch_dtype()
+    if settings.weight_transfer == "file":
+        return FileRoute(ChangedTensors(), dtype)
+    if settings.weight_transfer == "staged":
+        return StagedRoute(ChangedTensors(), dtype, ChangedElements() if settings.push_changed_elements else None)
+    return TRANSFER_ROUTES[settings.weight_transfer](ChangedTensors(), settings.torch_dtype(), settings.engine_workers())
+
+
+def actor_route(settings: EngineConfig) -> WeightRoute:
+    """The trainer's route to an engine in a Ray actor: vLLM's weight-transfer API where the run
+    takes one, else the tensors through Ray's object store (an adapter whole) to the actor's engine,
+    which loads them by its own route."""
+    if settings.serves_adapters:
+        return ActorRoute(WholeTensors())
+    if settings.weight_transfer in TRANSFER_ROUTES:
+        return TRANSFER_ROUTES[settings.weight_transfer](ChangedTensors(), settings.torch_dtype(), settings.engine_workers())
+    return ActorRoute(ChangedTensors())
