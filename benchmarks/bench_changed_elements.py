@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
 
@@ -38,7 +38,7 @@ def measure(model_path: str, dtype: str, lr: float, steps: int, batch: int, leng
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     engines = {
         route: VLLMEngine(
-            model_path, EngineConfig(dtype=dtype, max_model_len=256, weight_transfer="staged", push_changed_elements=elements)
+            model_path, EngineSettings(dtype=dtype, max_model_len=256, weight_transfer="staged", push_changed_elements=elements)
         )
         for route, elements in ROUTES.items()
     }

@@ -29,7 +29,7 @@ import time
 import torch
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 REQUESTS, TOKENS = 128, 64
@@ -59,7 +59,7 @@ KINDS = {"forked": (True, None), "spawned": (True, "spawn"), "separate": (False,
 
 def measure(path, kind: str) -> dict[str, float]:
     in_process, start_method = KINDS[kind]
-    engine = VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256, worker_in_engine_process=in_process))
+    engine = VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, worker_in_engine_process=in_process))
     if start_method is None:
         os.environ.pop("VLLM_WORKER_MULTIPROC_METHOD", None)
     else:

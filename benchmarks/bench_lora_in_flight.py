@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import TURNS_IN_FLIGHT, LoRASettings, adapter_weights, add_adapter
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 
@@ -59,7 +59,7 @@ def main() -> None:
     adapter = adapter_weights(add_adapter(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), LoRASettings(rank=8)))
     engines = {}
     for mode in TURNS_IN_FLIGHT:
-        config = EngineConfig(dtype="float32", max_model_len=512, lora=LoRASettings(rank=8, in_flight=mode), max_loras=4)
+        config = EngineSettings(dtype="float32", max_model_len=512, lora=LoRASettings(rank=8, in_flight=mode))
         engines[mode] = VLLMEngine(path, config)
         engines[mode].start()
     results = {mode: [] for mode in TURNS_IN_FLIGHT}

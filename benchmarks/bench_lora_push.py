@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, adapter_weights, add_adapter, engine_weights
 from lit_asyncrl.module import freeze_all_but_last_layers
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 PUSHES = ("adapter", "merged")
@@ -46,7 +46,7 @@ def measure_pushes(path: str, rank: int, repeats: int, warmup: int) -> dict:
     settings = {push: LoRASettings(rank=rank, push=push) for push in PUSHES}
     adapter = adapter_weights(policy)
     buffers = {name: torch.empty_like(t) for name, t in adapter.items()}
-    engines = {push: VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256, lora=settings[push])) for push in PUSHES}
+    engines = {push: VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, lora=settings[push])) for push in PUSHES}
     timings = {push: {key: [] for key in ("prepare_s", "write_s", "pause_s", "push_s", "first_token_s", "bytes")} for push in PUSHES}
     copies = []
     try:

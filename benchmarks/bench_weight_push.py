@@ -32,7 +32,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy, resolve_model_path
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 TARGET = 2.0
@@ -50,7 +50,7 @@ def measure(name: str, path, repeats: int, warmup: int, written_layers: int | No
     written = [t for n, t in state.items() if written_layers is None or _layer(n) >= first_written]
     tensors = list({t.data_ptr(): t for t in written}.values())  # what a push sends; tied tensors once
     buffers = [torch.empty_like(t) for t in tensors]
-    engines = {route: VLLMEngine(path, EngineConfig(dtype="float32", max_model_len=256, weight_transfer=route)) for route in ROUTES}
+    engines = {route: VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, weight_transfer=route)) for route in ROUTES}
     timings: dict[str, dict[str, list[float]]] = {route: {"write_s": [], "pause_s": [], "push_s": [], "bytes": []} for route in ROUTES}
     copies = []
     try:

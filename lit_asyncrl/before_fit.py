@@ -22,7 +22,7 @@ def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer
     module.reference.check_rollout_settings(datamodule.rollouts)
     check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
     check_reference_supported(trainer.strategy, module.reference, fidelity=module.fidelity is not None)
-    check_lora_supported(module.lora, datamodule.rollout_config.lora, module.reference, trainer.strategy)
+    check_lora_supported(module.lora, datamodule.rollout_config.engine.lora, module.reference, trainer.strategy)
     warn_of_replaced_metrics(trainer)
 
 

@@ -12,23 +12,24 @@ import sys
 from lightning.pytorch.cli import LightningCLI
 
 from lit_asyncrl.before_fit import check_settings, launch_and_warm_start
-from lit_asyncrl.config_keys import CLI_SPELLING, keys_spelled_as
+from lit_asyncrl.config_keys import keys_spelled_as
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.lifecycle import quiet_known_warnings, sigterm_raises
 from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.rollout.settings import cli_paths
 from lit_asyncrl.warm_start import WarmStart
 
 
 class AsyncRLCLI(LightningCLI):
     """The module and the engine serve the same model: `model.model_path` feeds `data.model_path`.
 
-    The snapshot reference's window follows `data.rollout.max_version_gap` unless its `max_staleness` is set.
+    The snapshot reference's window follows `data.rollout.batch.max_version_gap` unless its `max_staleness` is set.
     """
 
     def __init__(self, *args, **kwargs) -> None:
         # Everything the CLI does (parsing, building, fitting) happens in here: its messages name
-        # the CLI's paths (`data.rollout.max_model_len`).
-        with keys_spelled_as(CLI_SPELLING):
+        # the CLI's paths (`data.rollout.engine.max_model_len`).
+        with keys_spelled_as(cli_paths()):
             super().__init__(*args, **kwargs)
 
     @staticmethod

@@ -17,6 +17,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lit_asyncrl.config_dir import config_dir
+from lit_asyncrl.rollout.settings import nested_keys
 
 HEADER = """\
 # Generated from the Hydra config{what} by `python -m lit_asyncrl.cli_configs`; do not edit.
@@ -53,10 +54,11 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
     model = to_class_path(section["module"])["init_args"]
     data = to_class_path(section["data"])["init_args"]
     data.pop("model_path")  # linked from model.model_path
-    data["rollout"] = data["rollout"]["init_args"]  # a dataclass: the CLI takes its fields as they are
+    # A dataclass of one settings object per concern: the CLI takes the Hydra keys by part.
+    data["rollout"] = nested_keys(data["rollout"]["init_args"])
     # Dataclasses too; the engines' adapter is the module's (the run refuses two different ones).
     model["lora"] = model["lora"]["init_args"]
-    data["rollout"]["lora"] = data["rollout"]["lora"]["init_args"]
+    data["rollout"]["engine"]["lora"] = data["rollout"]["engine"]["lora"]["init_args"]
     warm_start = to_class_path(section["warm_start"])["init_args"]
     trainer = OmegaConf.to_container(cfg.trainer, resolve=False)
     run_dir = f"outputs/cli/{name}"

@@ -50,7 +50,7 @@ class RolloutDataModule(L.LightningDataModule):
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
         self.env = env if env is not None else GuessNumberEnv()
-        self.eval_instances = held_out_instances(self.env, self.rollout_config.eval_instances, seed=seed)
+        self.eval_instances = held_out_instances(self.env, self.rollout_config.evaluation.eval_instances, seed=seed)
         factory = service if service is not None else VLLMServiceFactory()
         self.rollouts: RolloutService = factory.build(self.model_path, self.env, self.rollout_config, seed)
 
@@ -78,14 +78,20 @@ class RolloutDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.
         stream = _ServiceStream(
-            self.rollouts, self.rollout_config.batch_timeout_s, step=lambda: self.trainer.global_step if self.trainer else 0
+            self.rollouts, self.rollout_config.batch.batch_timeout_s, step=lambda: self.trainer.global_step if self.trainer else 0
         )
         return DataLoader(stream, batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
         # Held-out instances in chunks (a progress-bar tick each), played at validation time.
         settings = self.rollout_config
-        evaluation = _HeldOutEvaluation(self.rollouts, self.eval_instances, settings.eval_samples, settings.eval_k, settings.eval_timeout_s)
+        evaluation = _HeldOutEvaluation(
+            self.rollouts,
+            self.eval_instances,
+            settings.evaluation.eval_samples,
+            settings.evaluation.eval_k,
+            settings.evaluation.eval_timeout_s,
+        )
         return DataLoader(evaluation, batch_size=None, num_workers=0)
 
     def teardown(self, stage: str) -> None:

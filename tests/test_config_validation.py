@@ -39,24 +39,24 @@ def test_datamodule_rejects_a_missing_model_before_the_engine():
 )
 def test_rollout_settings_are_checked_when_made(settings, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        RolloutConfig(**settings)
+        RolloutConfig.from_keys(**settings)
 
 
 def test_a_context_without_room_for_one_whole_turn_is_refused_before_the_engine():
     # Guess-the-number opens with BOS and "?" (2 tokens of the character tokenizer) and a turn may
     # take max_turn_tokens = len("10") + 1 = 3 (digits and the `;`): 5 is the shortest context.
     with pytest.raises(ValueError) as raised:
-        RolloutDataModule(rollout=RolloutConfig(max_model_len=4))
+        RolloutDataModule(rollout=RolloutConfig.from_keys(max_model_len=4))
     assert str(raised.value) == (
         "rollout.max_model_len=4 leaves no room for one agent turn: the first prompt of GuessNumberEnv is already 2 tokens "
         "and a turn may take 3 more (env.max_turn_tokens); set rollout.max_model_len >= 5"
     )
-    RolloutDataModule(rollout=RolloutConfig(max_model_len=5))  # the prompt and one whole turn fit
+    RolloutDataModule(rollout=RolloutConfig.from_keys(max_model_len=5))  # the prompt and one whole turn fit
 
 
 def test_a_route_this_machine_lacks_is_refused_when_the_service_is_built():
     with pytest.raises(ValueError, match=r"^rollout\.weight_transfer=nccl needs CUDA GPUs"):  # no CUDA on this machine
-        RolloutDataModule(rollout=RolloutConfig(weight_transfer="nccl"))
+        RolloutDataModule(rollout=RolloutConfig.from_keys(weight_transfer="nccl"))
 
 
 @pytest.mark.parametrize(
@@ -82,15 +82,17 @@ def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_
 
     monkeypatch.setattr(vllm_service, "trainer_device_type", lambda: "cuda")
     for requested, alone, under_ddp in (("auto", "ipc", "nccl"), ("gloo", "gloo", "gloo"), ("ipc", "ipc", None)):
-        data = RolloutDataModule(rollout=RolloutConfig(weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16))
-        assert data.rollouts.engine_config.weight_transfer == alone
+        data = RolloutDataModule(
+            rollout=RolloutConfig.from_keys(weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16)
+        )
+        assert data.rollouts.engine_settings.weight_transfer == alone
         data.trainer = SimpleNamespace(world_size=2, global_rank=1)
         if under_ddp is None:
             with pytest.raises(ValueError, match=r"rollout\.weight_transfer=ipc with 2 trainer processes"):
                 data.setup("fit")
         else:
             data.setup("fit")
-            assert data.rollouts.service.engine_config.weight_transfer == under_ddp
+            assert data.rollouts.service.engine_settings.weight_transfer == under_ddp
 
 
 def test_inverted_bounds_name_the_argument():
@@ -231,8 +233,8 @@ def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built
 @pytest.mark.parametrize(
     ("argument", "fragment"),
     [
-        ("--data.rollout.max_version_gap=-1", "data.rollout.max_version_gap must be an integer >= 0, got -1"),
-        ("--data.rollout.kv_cache_fraction=2", "data.rollout.kv_cache_fraction must be in (0, 1], got 2"),
+        ("--data.rollout.batch.max_version_gap=-1", "data.rollout.batch.max_version_gap must be an integer >= 0, got -1"),
+        ("--data.rollout.engine.kv_cache_fraction=2", "data.rollout.engine.kv_cache_fraction must be in (0, 1], got 2"),
     ],
 )
 def test_the_lightning_cli_names_its_own_paths(argument, fragment, tmp_path):

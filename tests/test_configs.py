@@ -176,7 +176,7 @@ def describe(module: AsyncRLModule, datamodule: RolloutDataModule) -> dict:
         "hparams": {k: v for k, v in module.hparams.items() if not k.startswith("_")},  # the CLI adds _class_path
         "env": (type(rollouts.env), public(rollouts.env)),
         "rollout": datamodule.rollout_config,  # every rollout setting, one dataclass
-        "service": {key: getattr(rollouts, key) for key in ("model_path", "engine_config", "seed")},
+        "service": {key: getattr(rollouts, key) for key in ("model_path", "engine_settings", "seed")},
         "buffer_capacity": rollouts.buffer.capacity,
     }
 
@@ -214,13 +214,14 @@ def test_every_rollout_setting_has_one_default_in_the_class_and_the_config():
     """`conf/rollout/async.yaml` lists every field of `RolloutConfig` with the class's own default,
     and nothing else: a Python user and a Hydra user start from the same settings."""
     raw = OmegaConf.to_container(OmegaConf.load(Path(CONFIG_DIR) / "rollout" / "async.yaml"))
-    assert raw.pop("_target_") == "lit_asyncrl.rollout.settings.RolloutConfig"
+    assert raw.pop("_target_") == "lit_asyncrl.rollout.settings.RolloutConfig.from_keys"
     # The adapter is the model's (model.lora), whose own config holds the class's default.
     assert raw.pop("lora") == "${model.lora}"
     assert instantiate(OmegaConf.load(Path(CONFIG_DIR) / "model" / "lora" / "default.yaml")) == LoRASettings()
-    defaults = {field.name: field.default for field in dataclasses.fields(RolloutConfig) if field.name != "lora"}
+    parts = [getattr(RolloutConfig(), field.name) for field in dataclasses.fields(RolloutConfig)]
+    defaults = {field.name: field.default for part in parts for field in dataclasses.fields(part) if field.name != "lora"}
     assert raw == defaults
-    assert RolloutConfig(**raw) == RolloutConfig()
+    assert RolloutConfig.from_keys(**raw) == RolloutConfig()
 
 
 def test_the_datamodule_takes_the_rollout_settings_whole():

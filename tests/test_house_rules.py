@@ -91,6 +91,30 @@ def test_the_parameter_count_leaves_out_self_and_counts_star_arguments(tmp_path)
     assert parameter_counts(source) == {"A.f": 4, "g": 2}
 
 
+def packed_assignments(path: Path) -> list[int]:
+    """Lines of `path` that assign a tuple of values to a tuple of names (`a, b = x, y`): one statement
+    per assignment reads better; a swap (`a, b = b, a`) is the exception, and unpacking a returned
+    tuple (`a, b = f()`) is no packing."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
+            targets = sorted(ast.unparse(element) for element in node.targets[0].elts)
+            if targets != sorted(ast.unparse(element) for element in node.value.elts):
+                found.append(node.lineno)
+    return found
+
+
+def test_one_assignment_per_statement():
+    offenders = {name: lines for name, path in modules().items() if (lines := packed_assignments(path))}
+    assert offenders == {}
+
+
+def test_the_packing_check_leaves_swaps_and_unpacked_returns_alone(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text("a, b = 1, 2\na, b = b, a\nc, d = divmod(7, 2)\nself.x, y = y, None\n")
+    assert packed_assignments(source) == [1, 4]
+
+
 def route_name_comparisons(path: Path) -> list[str]:
     """The route names `path` compares something with (`==`, `!=`, `in`, `not in`, or a `match` case)."""
     found = []

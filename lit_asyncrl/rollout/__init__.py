@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError, TurnOutput
-    from lit_asyncrl.rollout.engine.settings import EngineConfig
+    from lit_asyncrl.rollout.engine.settings import EngineSettings
     from lit_asyncrl.rollout.records import Trajectory
     from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn, ServiceFactory
     from lit_asyncrl.rollout.settings import RolloutConfig
@@ -32,7 +32,7 @@ _PUBLIC = {
     "Engine": "lit_asyncrl.rollout.engine.protocol",
     "EngineDeadError": "lit_asyncrl.rollout.engine.protocol",
     "TurnOutput": "lit_asyncrl.rollout.engine.protocol",
-    "EngineConfig": "lit_asyncrl.rollout.engine.settings",
+    "EngineSettings": "lit_asyncrl.rollout.engine.settings",
     "Trajectory": "lit_asyncrl.rollout.records",
     "RolloutService": "lit_asyncrl.rollout.service",
     "RolloutServiceError": "lit_asyncrl.rollout.service",
@@ -43,7 +43,7 @@ _PUBLIC = {
 
 __all__ = [
     "Engine",
-    "EngineConfig",
+    "EngineSettings",
     "EngineDeadError",
     "RolloutConfig",
     "RolloutService",

@@ -1,23 +1,22 @@
-"""The rollout side's settings, as users write them (`rollout.<key>` in Hydra, `data.rollout.<key>`
-in the Lightning CLI): one `RolloutConfig`, made of one settings class per concern.
+"""The rollout side's settings, as users write them (`rollout.<key>` in Hydra): one `RolloutConfig`
+made of one settings object per concern (batches, filters, engines, evaluation, failures, scale-out).
 
-Each class checks its own values when it is made, so a bad value is refused naming its key before
-anything starts. `conf/rollout/async.yaml` holds the same keys with the same defaults (a test
-compares them): a new setting is a field here and a line there, nothing forwards it.
+Hydra keys stay flat (`rollout.group_size=4`): `RolloutConfig.from_keys` hands each key to the part
+that declares it. The Lightning CLI reaches the parts by their names (`data.rollout.batch.group_size`,
+`cli_paths`). Each part checks its own values when it is made, so a bad value is refused naming its
+key before anything starts. `conf/rollout/async.yaml` holds the same keys with the same defaults (a
+test compares them): a new setting is a field of its part and a line there, nothing forwards it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.models.lora import LoRASettings
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings, require_int, require_positive
 from lit_asyncrl.rollout.queue.group_filter import GroupFilter
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,7 +43,7 @@ class BatchSettings:
     #: How long the trainer waits for a batch before failing loudly.
     batch_timeout_s: float = 600.0
 
-    def check_batch(self) -> None:
+    def __post_init__(self) -> None:
         for key in ("group_size", "groups_per_batch", "buffer_capacity", "max_concurrent_groups", "weight_sync_every"):
             require_int(key, getattr(self, key), 1)
         require_int("max_version_gap", self.max_version_gap, 0)
@@ -80,7 +79,7 @@ class GroupFilterSettings:
     #: Keep episodes cut by the context or the turn limit out of the loss (`rollout/masked_overlong`).
     filter_overlong: bool = False
 
-    def check_group_filter(self) -> None:
+    def __post_init__(self) -> None:
         for key in ("filter_zero_advantage", "filter_overlong"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{config_key('rollout.' + key)} must be true or false, got {getattr(self, key)!r}")
@@ -88,69 +87,6 @@ class GroupFilterSettings:
 
     def group_filter(self) -> GroupFilter:
         return GroupFilter(self.filter_zero_advantage, self.max_zero_advantage_drops_per_batch, self.filter_overlong)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class EngineSettings:
-    """Each vLLM engine: precision, context, memory, logging, liveness, parallelism, weight route."""
-
-    #: "bfloat16" gives a real training-inference discrepancy against the fp32 trainer.
-    dtype: str = "float32"
-    #: Prompt plus every turn of an episode must fit.
-    max_model_len: int = 512
-    #: Share of memory each engine reserves for its KV cache (vLLM's gpu_memory_utilization; on CPU, of the RAM).
-    kv_cache_fraction: float = 0.2
-    #: Or a fixed size in GiB (vLLM's kv_cache_memory_bytes), used instead of the fraction when set.
-    kv_cache_gib: float | None = None
-    #: vLLM's own log level: ERROR keeps the progress bar clean (INFO shows every reload).
-    engine_log_level: str = "ERROR"
-    #: An engine with requests in flight that streams nothing for this long (outside a push) has stopped answering.
-    engine_stall_timeout_s: float = 120.0
-    #: vLLM's parallelism inside each engine (GPUs only): tensor shards and data-parallel replicas.
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    #: How each version's weights reach the engines: "auto", "file", "staged", "gloo", "nccl" or "ipc"
-    #: (`lit_asyncrl.rollout.weights.transfer.select_weight_transfer`).
-    weight_transfer: str = "auto"
-    #: With `weight_transfer="staged"`: of a full fine-tune's new tensors, only the elements whose
-    #: bits changed in the engine's dtype travel (`lit_asyncrl.rollout.weights.changed_elements`).
-    push_changed_elements: bool = False
-    #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): the
-    #: engines then take each version as an adapter (or merged weights, `push: merged`).
-    lora: LoRASettings = LoRASettings()
-
-    def check_engine(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"{config_key('rollout.dtype')} must be one of {DTYPES}, got {self.dtype!r}")
-        require_int("max_model_len", self.max_model_len, 2)
-        if not 0.0 < self.kv_cache_fraction <= 1.0:
-            raise ValueError(f"{config_key('rollout.kv_cache_fraction')} must be in (0, 1], got {self.kv_cache_fraction}")
-        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
-            raise ValueError(f"{config_key('rollout.kv_cache_gib')} must be > 0 or null, got {self.kv_cache_gib}")
-        if str(self.engine_log_level).upper() not in LOG_LEVELS:
-            raise ValueError(f"{config_key('rollout.engine_log_level')} must be one of {LOG_LEVELS}, got {self.engine_log_level!r}")
-        require_positive("engine_stall_timeout_s", self.engine_stall_timeout_s)
-        require_int("tensor_parallel_size", self.tensor_parallel_size, 1)
-        require_int("data_parallel_size", self.data_parallel_size, 1)
-
-    def engine_config(self, seed: int, weight_transfer: str) -> EngineConfig:
-        """The engine's own settings, its weights sent by route `weight_transfer` (already chosen)."""
-        return EngineConfig(
-            dtype=self.dtype,
-            max_model_len=self.max_model_len,
-            kv_cache_fraction=self.kv_cache_fraction,
-            kv_cache_bytes=None if self.kv_cache_gib is None else int(self.kv_cache_gib * 2**30),
-            seed=seed,
-            log_level=self.engine_log_level,
-            stall_timeout_s=self.engine_stall_timeout_s,
-            tensor_parallel_size=self.tensor_parallel_size,
-            data_parallel_size=self.data_parallel_size,
-            weight_transfer=weight_transfer,
-            push_changed_elements=self.push_changed_elements,
-            lora=self.lora,
-            # The versions a request in flight may still run under, and the newest.
-            max_loras=self.max_version_gap + 2,
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -166,7 +102,7 @@ class EvalSettings:
     #: Most seconds one validation chunk may take.
     eval_timeout_s: float = 600.0
 
-    def check_eval(self) -> None:
+    def __post_init__(self) -> None:
         for key in ("eval_instances", "eval_k", "eval_samples"):
             require_int(key, getattr(self, key), 1)
         if self.eval_samples < self.eval_k:
@@ -192,7 +128,7 @@ class FailureSettings:
     #: they are dropped at the resume with the reason "restart" and generated anew).
     checkpoint_pending: bool = True
 
-    def check_failures(self) -> None:
+    def __post_init__(self) -> None:
         if not isinstance(self.checkpoint_pending, bool):
             raise ValueError(f"{config_key('rollout.checkpoint_pending')} must be true or false, got {self.checkpoint_pending!r}")
         if not 0.0 <= self.env_failure_limit <= 1.0:
@@ -202,7 +138,7 @@ class FailureSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PlacementSettings:
+class ScaleOutSettings:
     """How many engines, and where they (and the dedicated old-logit worker) run."""
 
     #: vLLM engines generating side by side; a new group goes to the least loaded one.
@@ -215,7 +151,7 @@ class PlacementSettings:
     ray_cpus_per_engine: float = 1.0
     ray_gpus_per_engine: float = 0.0
 
-    def check_placement(self) -> None:
+    def __post_init__(self) -> None:
         require_int("num_engines", self.num_engines, 1)
         if self.placement not in ("local", "ray"):
             raise ValueError(f"{config_key('rollout.placement')} must be 'local' or 'ray', got {self.placement!r}")
@@ -227,25 +163,56 @@ class PlacementSettings:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RolloutConfig(PlacementSettings, FailureSettings, EvalSettings, EngineSettings, GroupFilterSettings, BatchSettings):
-    """Every rollout setting (`rollout.<key>`), checked when made. (Bases in reverse: a dataclass
-    lists the last base's fields first, so the batch settings come first.)"""
+class RolloutConfig:
+    """Every rollout setting, by concern (`rollout.<key>` in Hydra, flat; `data.rollout.<part>.<key>`
+    in the Lightning CLI)."""
 
-    def __post_init__(self) -> None:
-        self.check_batch()
-        self.check_group_filter()
-        self.check_engine()
-        self.check_eval()
-        self.check_failures()
-        self.check_placement()
+    batch: BatchSettings = BatchSettings()
+    filters: GroupFilterSettings = GroupFilterSettings()
+    engine: EngineSettings = EngineSettings()
+    evaluation: EvalSettings = EvalSettings()
+    failures: FailureSettings = FailureSettings()
+    scale_out: ScaleOutSettings = ScaleOutSettings()
+
+    @classmethod
+    def from_keys(cls, **keys: Any) -> RolloutConfig:
+        """The settings from the flat keys users write in Hydra (`rollout.group_size=4`): each key
+        goes to the part that declares it; a key no part declares is refused by name."""
+        owners = key_owners()
+        unknown = sorted(key for key in keys if key not in owners)
+        if unknown:
+            raise ValueError(f"{', '.join(config_key('rollout.' + key) for key in unknown)}: not a rollout setting")
+        by_part: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
+        for key, value in keys.items():
+            by_part[owners[key]][key] = value
+        return cls(**{part: PARTS[part](**values) for part, values in by_part.items()})
 
 
-def require_int(key: str, value: object, minimum: int) -> None:
-    """`rollout.<key>` must be a whole number >= minimum (a YAML 1.5 or true is a typo, not a count)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{config_key('rollout.' + key)} must be an integer >= {minimum}, got {value!r}")
+#: Each part of `RolloutConfig` and its settings class.
+PARTS: dict[str, type] = {
+    "batch": BatchSettings,
+    "filters": GroupFilterSettings,
+    "engine": EngineSettings,
+    "evaluation": EvalSettings,
+    "failures": FailureSettings,
+    "scale_out": ScaleOutSettings,
+}
 
 
-def require_positive(key: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{config_key('rollout.' + key)} must be > 0, got {value!r}")
+def key_owners() -> dict[str, str]:
+    """Each flat key (`group_size`) and the part that declares it (`batch`)."""
+    return {field.name: part for part, settings in PARTS.items() for field in dataclasses.fields(settings)}
+
+
+def nested_keys(keys: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Flat keys as the Lightning CLI nests them, by part (the parts without keys left out)."""
+    owners = key_owners()
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in keys.items():
+        nested.setdefault(owners[key], {})[key] = value
+    return nested
+
+
+def cli_paths() -> dict[str, str]:
+    """Each Hydra key (`rollout.group_size`) and the Lightning CLI's path to it (`data.rollout.batch.group_size`)."""
+    return {f"rollout.{key}": f"data.rollout.{part}.{key}" for key, part in key_owners().items()}

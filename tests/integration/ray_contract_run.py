@@ -17,7 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.ray_actors.dedicated_worker import DedicatedWorkerActor
@@ -25,7 +25,7 @@ from lit_asyncrl.rollout.ray_actors.engine import RayEngine
 from lit_asyncrl.rollout.ray_actors.placement import RayPlacement
 from lit_asyncrl.rollout.records import Trajectory
 from tests.integration.engine_contract import check_engine_contract
-from tests.support.small_engines import SMALL_KV_CACHE_BYTES
+from tests.support.runs import SMALL_KV_CACHE_GIB
 
 #: Printed once every check held; the test kills this process when it reads it.
 KEPT = "the Ray actors kept their promises"
@@ -81,7 +81,7 @@ if __name__ == "__main__":
     # (`TransferRoute`), and the tensors through Ray's object store to the actor's engine (`ActorRoute`).
     engines = {}
     for route in ("gloo", "file"):
-        config = EngineConfig(max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, weight_transfer=route)
+        config = EngineSettings(max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, weight_transfer=route)
         engines[route] = RayEngine(model_path, config, placement)
         engines[route].start()
         check_engine_contract(engines[route], weights)  # pushes `weights` as the next version

@@ -113,7 +113,7 @@ def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(validation_swee
 
     run_command(
         [sys.executable, "-m", "lit_asyncrl.cli", "validate", "--config", "conf/cli/service_desk.yaml", "--ckpt_path", str(checkpoint),
-         "--data.rollout.eval_instances", "4", "--data.rollout.kv_cache_gib", str(SMALL_KV_CACHE_GIB), "--trainer.default_root_dir", str(tmp_path / "cli"),
+         "--data.rollout.evaluation.eval_instances", "4", "--data.rollout.engine.kv_cache_gib", str(SMALL_KV_CACHE_GIB), "--trainer.default_root_dir", str(tmp_path / "cli"),
          "--trainer.logger.init_args.save_dir", str(tmp_path / "cli")]
     )  # fmt: skip
     (cli_row,) = val_rows(tmp_path / "cli")

@@ -8,14 +8,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
-from lit_asyncrl.models.lora import merged_weights
-from lit_asyncrl.rollout.engine.settings import EngineConfig, engine_core_environment, vllm_config
+from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy, resolve_model_path
+from lit_asyncrl.models.lora import LoRASettings, adapter_weights, merged_weights
+from lit_asyncrl.rollout.engine.settings import EngineSettings, engine_core_environment, vllm_config
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.scoring import token_logprobs
 from tests.integration.engine_contract import check_engine_contract
 from tests.support.lora import adapted
-from tests.support.small_engines import SMALL_KV_CACHE_BYTES, started_engine
+from tests.support.runs import SMALL_KV_CACHE_GIB
+from tests.support.small_engines import started_engine
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_engine_versions")]
@@ -133,8 +134,8 @@ def test_the_engine_is_one_process_a_child_of_this_one(head_engine):
 
 def test_the_engine_config_forks_the_engine_core_unless_vllms_start_method_says_spawn(head_engine, monkeypatch):
     def environment():
-        made = vllm_config(head_engine.model_path, head_engine.config, "cpu", route_arguments={})
-        return engine_core_environment(head_engine.config, made)
+        made = vllm_config(head_engine.model_path, head_engine.settings, "cpu", seed=0, route_arguments={})
+        return engine_core_environment(head_engine.settings, made)
 
     monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
     forked = environment()
@@ -158,6 +159,21 @@ def test_the_local_engine_keeps_the_engine_protocol(head_engine, head_model_path
     # runner and the service rely on nothing else.
     weights = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32).state_dict()
     check_engine_contract(head_engine, weights)
+
+
+def test_an_engine_with_adapters_as_versions_keeps_the_engine_protocol():
+    # The adapter route: each version an adapter the engine holds beside the base weights. Its
+    # first adapter is pushed before anything generates, as the rollout service does at its start.
+    model_path = resolve_model_path(None)
+    settings = EngineSettings(max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, lora=LoRASettings(rank=8))
+    adapter = adapter_weights(adapted(model_path))
+    engine = VLLMEngine(model_path, settings)
+    try:
+        engine.start()
+        engine.push_weights(adapter, version=0)
+        check_engine_contract(engine, adapter, sent_again=True)
+    finally:
+        engine.shutdown()
 
 
 def test_a_merged_adapter_push_serves_the_adapted_policy(head_engine, head_model_path):
@@ -215,8 +231,8 @@ def test_a_merged_adapter_on_some_projections_reaches_the_engine_whole(head_engi
 def test_a_full_fine_tunes_changed_elements_alone_reach_a_staged_engine(tiny_model_path):
     # `rollout.push_changed_elements`: after the first push, a tensor written in place travels as the
     # indices and values of the elements whose bits changed, written by the engine into its own copy.
-    config = EngineConfig(
-        dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, weight_transfer="staged", push_changed_elements=True
+    config = EngineSettings(
+        dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, weight_transfer="staged", push_changed_elements=True
     )
     engine = VLLMEngine(tiny_model_path, config)
     engine.start()

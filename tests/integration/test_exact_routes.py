@@ -168,10 +168,10 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
 
     from lit_asyncrl.models import resolve_model_path
     from lit_asyncrl.models.lora import LoRASettings, adapter_weights
-    from lit_asyncrl.rollout.engine.settings import EngineConfig
+    from lit_asyncrl.rollout.engine.settings import EngineSettings
     from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
     from tests.support.lora import adapted
-    from tests.support.small_engines import SMALL_KV_CACHE_BYTES
+    from tests.support.runs import SMALL_KV_CACHE_GIB
 
     model_path = request.getfixturevalue("tiny_model_path") if model_name == "tiny" else resolve_model_path(model_name)
     turn_tokens, tokens_per_version, adapter_bytes = ADAPTED_MODELS[model_name]
@@ -179,7 +179,7 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     policies = [adapted(model_path, rank=8, seed=seed) for seed in (1, 2, 3)]
     adapters = [{name: tensor.clone() for name, tensor in adapter_weights(policy).items()} for policy in policies]
     live = adapted(model_path, rank=8, seed=0)  # the trainer's module, given each version's adapter in turn
-    config = EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, lora=settings, max_loras=4)
+    config = EngineSettings(dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, lora=settings)
     engine = VLLMEngine(model_path, config)
     engine.start()
     dedicated = DedicatedWorker(model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0, lora=settings)

@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from lit_asyncrl.envs import ServiceDeskEnv, ServiceDeskToolsEnv
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, adapter_weights
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
@@ -36,7 +36,8 @@ from lit_asyncrl.rollout.serving.instances import training_instance
 from lit_asyncrl.scoring import token_logprobs
 from lit_asyncrl.warm_start import WarmStart
 from tests.support.lora import adapted
-from tests.support.small_engines import SMALL_KV_CACHE_BYTES, started_engine
+from tests.support.runs import SMALL_KV_CACHE_GIB
+from tests.support.small_engines import started_engine
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_real_model")]
@@ -242,7 +243,7 @@ def test_an_episode_across_an_adapter_push_keeps_each_turns_adapter_exactly(smol
     # the adapter it started with, the next turn runs under the new one; the fp32 engine's mu equals
     # the trainer's peft policy at each turn's own version within 1e-4, and not the other's.
     settings = LoRASettings(rank=8)
-    config = EngineConfig(dtype="float32", max_model_len=256, kv_cache_bytes=SMALL_KV_CACHE_BYTES, lora=settings, max_loras=4)
+    config = EngineSettings(dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, lora=settings)
     engine = VLLMEngine(smollm2_path, config)
     engine.start()
     try:

@@ -17,45 +17,63 @@ from lit_asyncrl.rollout.processes.core_fork import START_METHOD_VARIABLE, forke
 from lit_asyncrl.rollout.processes.core_semaphores import UNNAMED_LOCKS_VARIABLE
 from lit_asyncrl.rollout.processes.temp_dirs import engine_environment
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DTYPES = ("float32", "bfloat16", "float16")
+#: Requests one engine runs at once (vLLM's `max_num_seqs`): more than a run keeps in flight.
+MAX_NUM_SEQS = 256
 
-@dataclasses.dataclass(frozen=True)
-class EngineConfig:
-    """Settings of the vLLM engine (one key per engine argument that matters here)."""
 
-    dtype: str = "float32"  # "bfloat16" gives a real train-inference discrepancy
-    max_model_len: int = 256
-    kv_cache_fraction: float = 0.2  # vLLM's gpu_memory_utilization: on CPU, the RAM share for KV
-    #: A fixed KV cache size instead (vLLM's kv_cache_memory_bytes). On CPU vLLM sizes the cache as
-    #: the fraction of the NUMA node's memory minus the engine process's own, which on a small or
-    #: ballooning machine can come out negative; a size in bytes does not depend on the machine.
-    kv_cache_bytes: int | None = None
-    max_num_seqs: int = 256
-    seed: int = 0
-    enforce_eager: bool = True
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """Each vLLM engine (`rollout.<key>`): precision, context, memory, logging, liveness, parallelism,
+    weight route. Checked when made, naming the key."""
+
+    #: "bfloat16" gives a real training-inference discrepancy against the fp32 trainer.
+    dtype: str = "float32"
+    #: Prompt plus every turn of an episode must fit.
+    max_model_len: int = 512
+    #: Share of memory each engine reserves for its KV cache (vLLM's gpu_memory_utilization; on CPU, of the RAM).
+    kv_cache_fraction: float = 0.2
+    #: Or a fixed size in GiB (vLLM's kv_cache_memory_bytes), used instead of the fraction when set. On
+    #: CPU vLLM sizes the cache as the fraction of the NUMA node's memory minus the engine process's
+    #: own, which on a small or ballooning machine can come out negative; a size does not depend on it.
+    kv_cache_gib: float | None = None
+    #: vLLM's own log level. Every weight push makes vLLM log a reload warning and a loading bar;
+    #: ERROR keeps Lightning's progress bar readable ("INFO" shows everything again).
+    engine_log_level: str = "ERROR"
+    #: An engine with requests in flight that streams nothing for this long (outside a pause) has
+    #: stopped answering and is reported dead, though its processes still run.
+    engine_stall_timeout_s: float = 120.0
+    #: vLLM's parallelism inside each engine (GPUs only): tensor shards and data-parallel replicas.
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    #: How each version's weights reach the engines: "auto", "file", "staged", "gloo", "nccl" or "ipc"
+    #: (`rollout/weights/choice.py`, which resolves "auto" for the machine before any engine starts).
+    weight_transfer: str = "auto"
+    #: With `weight_transfer="staged"`: of a full fine-tune's new tensors, only the elements whose
+    #: bits changed in the engine's dtype travel (`rollout/weights/changed_elements.py`).
+    push_changed_elements: bool = False
     #: On CPU, run the model worker inside vLLM's engine-core process (with one OpenMP thread)
     #: instead of the second spawned process vLLM's CPU platform picks: starts about 5 s sooner and
     #: generates faster beside a training process (`benchmarks/bench_engine.py`).
     worker_in_engine_process: bool = True
-    #: vLLM's own log level. Every weight push makes vLLM log a reload warning and a loading bar;
-    #: ERROR keeps Lightning's progress bar readable ("INFO" shows everything again).
-    log_level: str = "ERROR"
-    #: An engine with requests in flight that streams nothing for this long (outside a pause) has
-    #: stopped answering and is reported dead, though its processes still run.
-    stall_timeout_s: float = 120.0
-    #: vLLM's own parallelism inside one engine (GPUs): shards of each layer, and replicas.
-    tensor_parallel_size: int = 1
-    data_parallel_size: int = 1
-    #: How weights reach the engine: the route's name as `rollout/weights/choice.py` chose it.
-    weight_transfer: str = "file"
-    #: With the staged route: of a full fine-tune's new tensors, send only the elements whose bits
-    #: changed in the engine's dtype (`changed_elements.py`).
-    push_changed_elements: bool = False
-    #: The policy's LoRA adapter (`model.lora`): with `push="adapter"` each version is an adapter
-    #: the engine holds beside the base weights (`engine_adapters.py`), over any `weight_transfer`.
+    #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): with
+    #: `push="adapter"` each version is an adapter the engine holds beside the base weights.
     lora: LoRASettings = LoRASettings()
-    #: Adapters one engine step may run at once (vLLM's `max_loras`); the live versions' adapters
-    #: beyond it wait for a slot, not for a push.
-    max_loras: int = 4
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{config_key('rollout.dtype')} must be one of {DTYPES}, got {self.dtype!r}")
+        require_int("max_model_len", self.max_model_len, 2)
+        if not 0.0 < self.kv_cache_fraction <= 1.0:
+            raise ValueError(f"{config_key('rollout.kv_cache_fraction')} must be in (0, 1], got {self.kv_cache_fraction}")
+        if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
+            raise ValueError(f"{config_key('rollout.kv_cache_gib')} must be > 0 or null, got {self.kv_cache_gib}")
+        if str(self.engine_log_level).upper() not in LOG_LEVELS:
+            raise ValueError(f"{config_key('rollout.engine_log_level')} must be one of {LOG_LEVELS}, got {self.engine_log_level!r}")
+        require_positive("engine_stall_timeout_s", self.engine_stall_timeout_s)
+        require_int("tensor_parallel_size", self.tensor_parallel_size, 1)
+        require_int("data_parallel_size", self.data_parallel_size, 1)
 
     @property
     def serves_adapters(self) -> bool:
@@ -64,12 +82,27 @@ class EngineConfig:
     def torch_dtype(self) -> torch.dtype:
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[self.dtype]
 
+    def kv_cache_bytes(self) -> int | None:
+        """vLLM's `kv_cache_memory_bytes` (None: sized by `kv_cache_fraction`)."""
+        return None if self.kv_cache_gib is None else int(self.kv_cache_gib * 2**30)
+
     def engine_workers(self) -> int:
         """vLLM's workers in one engine (each joins a weight transfer's group)."""
         return self.tensor_parallel_size * self.data_parallel_size
 
 
-def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
+def require_int(key: str, value: object, minimum: int) -> None:
+    """`rollout.<key>` must be a whole number >= minimum (a YAML 1.5 or true is a typo, not a count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{config_key('rollout.' + key)} must be an integer >= {minimum}, got {value!r}")
+
+
+def require_positive(key: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{config_key('rollout.' + key)} must be > 0, got {value!r}")
+
+
+def parallelism_args(config: EngineSettings, device_type: str) -> dict[str, int]:
     """vLLM engine arguments for `config`'s tensor and data parallelism on `device_type`.
 
     Passed through as they are on GPUs; refused on CPU, where an engine is one worker (the project
@@ -87,9 +120,9 @@ def parallelism_args(config: EngineConfig, device_type: str) -> dict[str, int]:
     return sizes
 
 
-def engine_args(model_path: str, config: EngineConfig, device_type: str, route_arguments: dict[str, Any]) -> Any:
-    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type`, taking its weights by
-    a route that needs `route_arguments` (`WeightRoute.engine_arguments`)."""
+def engine_args(model_path: str, config: EngineSettings, device_type: str, seed: int, route_arguments: dict[str, Any]) -> Any:
+    """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type` sampling from `seed`,
+    taking its weights by a route that needs `route_arguments` (`WeightRoute.engine_arguments`)."""
     from vllm import AsyncEngineArgs
 
     return AsyncEngineArgs(
@@ -97,10 +130,11 @@ def engine_args(model_path: str, config: EngineConfig, device_type: str, route_a
         dtype=config.dtype,
         max_model_len=config.max_model_len,
         gpu_memory_utilization=config.kv_cache_fraction,
-        kv_cache_memory_bytes=config.kv_cache_bytes,
-        max_num_seqs=config.max_num_seqs,
-        seed=config.seed,
-        enforce_eager=config.enforce_eager,
+        kv_cache_memory_bytes=config.kv_cache_bytes(),
+        max_num_seqs=MAX_NUM_SEQS,
+        seed=seed,
+        # No CUDA graphs or compiled kernels: the engine starts at once, and on CPU nothing needs them.
+        enforce_eager=True,
         use_tqdm_on_load=False,
         # mu must be the log-prob of the distribution actually sampled (temperature applied).
         logprobs_mode="processed_logprobs",
@@ -149,11 +183,11 @@ def vllm_device_type() -> str:
     return current_platform.device_type
 
 
-def vllm_config(model_path: str, config: EngineConfig, device_type: str, route_arguments: dict[str, Any]) -> Any:
+def vllm_config(model_path: str, config: EngineSettings, device_type: str, seed: int, route_arguments: dict[str, Any]) -> Any:
     """vLLM's engine config for `config` on `device_type`, with one CPU worker in the engine core."""
     chosen_start_method = os.environ.get(START_METHOD_VARIABLE)
     try:
-        made = engine_args(model_path, config, device_type, route_arguments).create_engine_config()
+        made = engine_args(model_path, config, device_type, seed, route_arguments).create_engine_config()
     finally:
         # vLLM's CPU platform sets the start method to spawn for the whole process as it makes a
         # config; keep the caller's own choice (`engine_core_environment` reads it).
@@ -170,7 +204,7 @@ def vllm_config(model_path: str, config: EngineConfig, device_type: str, route_a
     return made
 
 
-def engine_core_environment(settings: EngineConfig, config: Any) -> dict[str, str]:
+def engine_core_environment(settings: EngineSettings, config: Any) -> dict[str, str]:
     """The environment the engine-core process of vLLM config `config` starts with."""
     in_process = config.parallel_config.distributed_executor_backend == "uni" and config.device_config.device_type == "cpu"
     # vLLM's sockets and the engine core's temp files go to this process's run dir (`temp_dirs.py`).
@@ -186,10 +220,10 @@ def engine_core_environment(settings: EngineConfig, config: Any) -> dict[str, st
         environment["OMP_NUM_THREADS"] = "1"
     if in_process and os.environ.get(START_METHOD_VARIABLE) != "spawn":
         # Forked, the engine core skips the imports a spawned one repeats (`engine_core_fork.py`).
-        environment.update(forked_engine_core_environment(quiet=settings.log_level.upper() in ("ERROR", "CRITICAL")))
+        environment.update(forked_engine_core_environment(quiet=settings.engine_log_level.upper() in ("ERROR", "CRITICAL")))
     elif config.device_config.device_type == "cpu":
         environment[START_METHOD_VARIABLE] = "spawn"  # what vLLM's CPU platform asks for its processes
-    if config.device_config.device_type == "cpu" and settings.enforce_eager:
+    if config.device_config.device_type == "cpu":
         # vLLM's sampler still compiles two small functions with torch.compile (the sampled
         # token's rank for its log-prob, and the random sampling) at the first request: 7-16 s
         # of the engine core's time before the first token on this 2-core machine, and inductor's

@@ -28,7 +28,7 @@ import torch
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine.protocol import EngineLoop, TurnOutput, cancel_other_tasks
 from lit_asyncrl.rollout.engine.settings import (
-    EngineConfig,
+    EngineSettings,
     engine_core_environment,
     set_engine_log_level,
     vllm_config,
@@ -51,9 +51,12 @@ _ENGINE_CREATION = threading.Lock()
 class VLLMEngine(EngineLoop):
     """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop (an `Engine`)."""
 
-    def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig()) -> None:
+    def __init__(self, model_path: str | Path, settings: EngineSettings = EngineSettings(), *, seed: int = 0, max_loras: int = 4) -> None:
+        """`seed`: what the engine samples from; `max_loras`: with adapters as versions, the adapters one
+        engine step may run at once (vLLM's `max_loras`: the live versions' and the newest)."""
         self.model_path = str(model_path)
-        self.config = config
+        self.settings = settings
+        self.seed = seed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._llm: Any = None
@@ -67,8 +70,8 @@ class VLLMEngine(EngineLoop):
         self._last_progress = time.monotonic()
         self._paused = False
         # With LoRA adapters as versions, each version is an adapter its requests run under.
-        self._adapters = EngineAdapters(config.lora, self._weights_dir) if config.serves_adapters else None
-        self._route = local_route(config, self._adapters)
+        self._adapters = EngineAdapters(settings.lora, self._weights_dir) if settings.serves_adapters else None
+        self._route = local_route(settings, self._adapters, max_loras)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -83,7 +86,7 @@ class VLLMEngine(EngineLoop):
         with work the trainer does meanwhile (the warm start).
         """
         self.version = initial_version
-        set_engine_log_level(self.config.log_level)
+        set_engine_log_level(self.settings.engine_log_level)
         standard_start_method()
         # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them
         # and removes the files vLLM made for them (sockets, rendezvous files: `temp_dirs.py`).
@@ -115,8 +118,8 @@ class VLLMEngine(EngineLoop):
     async def _create_llm(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        config = vllm_config(self.model_path, self.config, vllm_device_type(), self._route.engine_arguments())
-        environment = engine_core_environment(self.config, config)
+        config = vllm_config(self.model_path, self.settings, vllm_device_type(), self.seed, self._route.engine_arguments())
+        environment = engine_core_environment(self.settings, config)
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
         with _ENGINE_CREATION, spawned_process_environment(environment):
@@ -168,11 +171,11 @@ class VLLMEngine(EngineLoop):
         if self._llm.errored:
             return "its engine-core process died or its output handler stopped"
         stalled_s = self.stalled_for()
-        if stalled_s > self.config.stall_timeout_s:
+        if stalled_s > self.settings.engine_stall_timeout_s:
             self._stopped_answering = True
             return (
                 f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
-                f"(stall timeout {self.config.stall_timeout_s:g} s, {config_key('rollout.engine_stall_timeout_s')})"
+                f"(stall timeout {self.settings.engine_stall_timeout_s:g} s, {config_key('rollout.engine_stall_timeout_s')})"
             )
         return None
 
@@ -266,7 +269,7 @@ class VLLMEngine(EngineLoop):
         """Load a version's weights and label what follows `version`: `load.prepare` while the
         engine generates, then pause -> `load.swap` -> label -> resume. Returns the seconds the
         engine stood still; bounded by the stall timeout, so a hung engine cannot hold the trainer."""
-        return self.run(self._load_version(load, version), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+        return self.run(self._load_version(load, version), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
 
     async def _load_version(self, load: VersionLoad, version: int) -> float:
         await load.prepare(self._llm)
@@ -289,9 +292,9 @@ class VLLMEngine(EngineLoop):
         full weights does. Returns the turns moved to the new adapter (None when turns finish on
         their adapter, `model.lora.in_flight=finish`, and nothing was paused)."""
         self.version = version  # after the adapter is the newest: no token is older than its group's start
-        if not (self._paused or self.config.lora.moves_turns):
+        if not (self._paused or self.settings.lora.moves_turns):
             return None
-        return self.run(self._move_turns(resume=self._paused), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+        return self.run(self._move_turns(resume=self._paused), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
 
     def trainer_address(self) -> str:
         """Where this engine's workers reach the trainer: this machine."""
@@ -300,24 +303,24 @@ class VLLMEngine(EngineLoop):
     def weight_sync_client(self) -> EngineWeightSyncClient:
         """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
         return EngineWeightSyncClient(
-            lambda step: self.run(step, timeout_s=self.config.stall_timeout_s, stalled="a weight push"), self._llm
+            lambda step: self.run(step, timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push"), self._llm
         )
 
     def set_version(self, version: int) -> None:
         """Label what the engine samples from now on `version` (after weights arrived another way)."""
-        self.run(self._llm.update_weight_version(str(version)), timeout_s=self.config.stall_timeout_s, stalled="a weight push")
+        self.run(self._llm.update_weight_version(str(version)), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
         self.version = version
 
     def pause(self) -> None:
         """Freeze generation (in-flight requests kept, KV cleared) until `resume` or a weight push."""
-        self.run(self._pause_generation(), timeout_s=self.config.stall_timeout_s, stalled="a pause")
+        self.run(self._pause_generation(), timeout_s=self.settings.engine_stall_timeout_s, stalled="a pause")
 
     async def _pause_generation(self) -> None:
         self._paused = True
         await self._llm.pause_generation(mode="keep", clear_cache=True)
 
     def resume(self) -> None:
-        self.run(self._move_turns(resume=True), timeout_s=self.config.stall_timeout_s, stalled="a resume")
+        self.run(self._move_turns(resume=True), timeout_s=self.settings.engine_stall_timeout_s, stalled="a resume")
 
     async def _move_turns(self, resume: bool) -> int:
         """Abort the turns moving to the newest adapter before generation resumes (`engine_adapters.py`)."""

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from lit_asyncrl.rollout.engine.protocol import EngineDeadError, EngineLoop, TurnOutput, cancel_other_tasks
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.rollout.processes.temp_dirs import remove_run_dir
 from lit_asyncrl.rollout.ray_actors.placement import RAY_RUNTIME, RayPlacement
@@ -32,8 +32,8 @@ from lit_asyncrl.rollout.weights.route import WeightPush
 class EngineActor:
     """The Ray actor's body: a `VLLMEngine` started in the actor process (made a Ray actor class at launch)."""
 
-    def __init__(self, model_path: str, config: EngineConfig, initial_version: int) -> None:
-        self.engine = VLLMEngine(model_path, config)
+    def __init__(self, model_path: str, settings: EngineSettings, initial_version: int, seed: int, max_loras: int) -> None:
+        self.engine = VLLMEngine(model_path, settings, seed=seed, max_loras=max_loras)
         self.engine.start(initial_version)
         #: Streamed pieces the engine has produced, all turns together (see `RayEngine.pause`).
         self.pieces_produced = 0
@@ -106,15 +106,27 @@ class RayEngine(EngineLoop):
 
     Args:
         model_path: the model folder, readable where the actor runs (a shared path on a cluster).
-        config: the engine's settings, as for `VLLMEngine`.
+        settings: the engine's settings, as for `VLLMEngine`.
         placement: the Ray cluster and each actor's resource request.
     """
 
     #: How often `dead_reason` asks the actor (liveness polls come every half second).
     health_check_s = 1.0
 
-    def __init__(self, model_path: str | Path, config: EngineConfig = EngineConfig(), placement: RayPlacement = RayPlacement()) -> None:
-        self.model_path, self.config, self.placement = str(model_path), config, placement
+    def __init__(
+        self,
+        model_path: str | Path,
+        settings: EngineSettings = EngineSettings(),
+        placement: RayPlacement = RayPlacement(),
+        *,
+        seed: int = 0,
+        max_loras: int = 4,
+    ) -> None:
+        self.model_path = str(model_path)
+        self.settings = settings
+        self.placement = placement
+        self.seed = seed
+        self.max_loras = max_loras
         self.version = 0
         self._actor: Any = None
         self._ready_ref: Any = None
@@ -126,7 +138,7 @@ class RayEngine(EngineLoop):
         #: Streamed pieces added to their trajectories here (on the local loop).
         self._pieces_received = 0
         #: vLLM's weight-transfer API from this process, or Ray's object store to the actor's engine.
-        self._route = actor_route(config)
+        self._route = actor_route(settings)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
@@ -142,7 +154,7 @@ class RayEngine(EngineLoop):
         self._runtime_held = True
         actor_class = ray.remote(EngineActor)
         self._actor = actor_class.options(num_cpus=self.placement.num_cpus, num_gpus=self.placement.num_gpus).remote(
-            self.model_path, self.config, initial_version
+            self.model_path, self.settings, initial_version, self.seed, self.max_loras
         )
         self._ready_ref = self._actor.ready.remote()
         self._loop = asyncio.new_event_loop()
@@ -238,10 +250,10 @@ class RayEngine(EngineLoop):
         import ray
 
         try:
-            pushed = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.config.stall_timeout_s)
+            pushed = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.settings.engine_stall_timeout_s)
         except ray.exceptions.GetTimeoutError:
             raise EngineDeadError(
-                f"the vLLM engine stopped answering: a weight push got no answer within {self.config.stall_timeout_s:g} s"
+                f"the vLLM engine stopped answering: a weight push got no answer within {self.settings.engine_stall_timeout_s:g} s"
             ) from None
         self.version = version
         return pushed
@@ -274,7 +286,7 @@ class RayEngine(EngineLoop):
             while self._pieces_received < produced:
                 await asyncio.sleep(0.002)
 
-        self.run(caught_up(), timeout_s=self.config.stall_timeout_s, stalled="the stream after a pause")
+        self.run(caught_up(), timeout_s=self.settings.engine_stall_timeout_s, stalled="the stream after a pause")
 
     def resume(self) -> None:
         self._call("resume")
@@ -283,6 +295,6 @@ class RayEngine(EngineLoop):
         import ray
 
         try:
-            return ray.get(getattr(self._actor, method).remote(*args), timeout=self.config.stall_timeout_s)
+            return ray.get(getattr(self._actor, method).remote(*args), timeout=self.settings.engine_stall_timeout_s)
         except ray.exceptions.RayError as error:
             raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error

@@ -10,10 +10,10 @@ from typing import Any
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorkerProcess
-from lit_asyncrl.rollout.settings import PlacementSettings
+from lit_asyncrl.rollout.settings import ScaleOutSettings
 
 
-def placement_factories(settings: PlacementSettings) -> tuple[Callable[..., Any], Callable[..., Any]]:
+def placement_factories(settings: ScaleOutSettings) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(engine factory, old-logit worker factory) for `settings.placement`: `VLLMEngine` and
     `DedicatedWorkerProcess` here, or `RayEngine` and `DedicatedWorkerActor` partials with the actors' resources."""
     if settings.placement == "local":

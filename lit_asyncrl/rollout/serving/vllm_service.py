@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 import warnings
@@ -14,7 +15,7 @@ import torch
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError
-from lit_asyncrl.rollout.engine.settings import EngineConfig, parallelism_args
+from lit_asyncrl.rollout.engine.settings import EngineSettings, parallelism_args
 from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
@@ -63,19 +64,19 @@ class VLLMRolloutService:
         from transformers import AutoTokenizer
 
         self.model_path, self.env, self.rollout = str(model_path), env, rollout
-        self.group_size, self.groups_per_batch = rollout.group_size, rollout.groups_per_batch
-        self.max_version_gap, self.weight_sync_every = rollout.max_version_gap, rollout.weight_sync_every
-        self.checkpoint_pending = rollout.checkpoint_pending
-        self.temperature, self.top_k = rollout.temperature, rollout.top_k
-        self.num_engines, self.seed = rollout.num_engines, seed
+        self.group_size, self.groups_per_batch = rollout.batch.group_size, rollout.batch.groups_per_batch
+        self.max_version_gap, self.weight_sync_every = rollout.batch.max_version_gap, rollout.batch.weight_sync_every
+        self.checkpoint_pending = rollout.failures.checkpoint_pending
+        self.temperature, self.top_k = rollout.batch.temperature, rollout.batch.top_k
+        self.num_engines, self.seed = rollout.scale_out.num_engines, seed
         # One trainer process assumed until `configure` says otherwise, so that a route this
         # machine cannot take is refused now, before anything starts.
-        self.engine_config = self._engine_config(trainer_processes=1)
-        if rollout.placement == "local":  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
-            parallelism_args(self.engine_config, trainer_device_type())
-        self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout)
+        self.engine_settings = self._engine_settings(trainer_processes=1)
+        if rollout.scale_out.placement == "local":  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
+            parallelism_args(self.engine_settings, trainer_device_type())
+        self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout.scale_out)
         self.liveness_poll_s = liveness_poll_s
-        self.max_engine_restarts, self.engine_restarts = rollout.engine_restarts, 0
+        self.max_engine_restarts, self.engine_restarts = rollout.failures.engine_restarts, 0
         self._weights: Mapping[str, torch.Tensor] = {}
         self._version, self._train = 0, True
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
@@ -86,24 +87,27 @@ class VLLMRolloutService:
         self.pad_id = pad_token_id(self.tokenizer)
         check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
-            check_context_holds_a_turn(task, self.episode_formats[name], rollout.max_model_len, seed)
-        self.buffer = RolloutBuffer(rollout.buffer_capacity, rollout.max_version_gap, rollout.group_filter())
+            check_context_holds_a_turn(task, self.episode_formats[name], rollout.engine.max_model_len, seed)
+        self.buffer = RolloutBuffer(rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter())
         sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
-        self.evaluator = HeldOutEvaluator(env, self.episode_formats, sampling, rollout.max_model_len, self.task_names)
+        self.evaluator = HeldOutEvaluator(env, self.episode_formats, sampling, rollout.engine.max_model_len, self.task_names)
         self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()
         self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
         self.dedicated: DedicatedWorker | None = None
         self._use_dedicated = False
 
-    def _engine_config(self, trainer_processes: int) -> EngineConfig:
-        route = select_weight_transfer(self.rollout.weight_transfer, trainer_device_type(), self.rollout.placement, trainer_processes)
-        check_changed_elements(self.rollout.push_changed_elements, route)
-        return self.rollout.engine_config(self.seed, route)
+    def _engine_settings(self, trainer_processes: int) -> EngineSettings:
+        """The engines' settings, their weight route chosen for this machine and `trainer_processes`."""
+        engine = self.rollout.engine
+        placement = self.rollout.scale_out.placement
+        route = select_weight_transfer(engine.weight_transfer, trainer_device_type(), placement, trainer_processes)
+        check_changed_elements(engine.push_changed_elements, route)
+        return dataclasses.replace(engine, weight_transfer=route)
 
     def configure(self, world_size: int, rank: int) -> RolloutService:
         """With several training processes, rank 0's service serves them all (`RankZeroRollouts`)."""
-        self.engine_config = self._engine_config(trainer_processes=world_size)
+        self.engine_settings = self._engine_settings(trainer_processes=world_size)
         if world_size == 1:
             return self
         check_batch_splits(self.groups_per_batch, world_size)
@@ -149,7 +153,9 @@ class VLLMRolloutService:
 
     def _new_engine(self, initial_version: int) -> Engine:
         """A launched engine (not yet serving) on the current engine settings."""
-        engine = self.engine_factory(self.model_path, self.engine_config)
+        # Adapters as versions: the versions a request in flight may still run under, and the newest.
+        max_loras = self.rollout.batch.max_version_gap + 2
+        engine = self.engine_factory(self.model_path, self.engine_settings, seed=self.seed, max_loras=max_loras)
         engine.launch(initial_version=initial_version)
         return engine
 
@@ -174,7 +180,11 @@ class VLLMRolloutService:
         sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
         if self._use_dedicated and self.dedicated is None:
             self.dedicated = DedicatedWorker(
-                self.model_path, sampling=sampling, pad_id=self.pad_id, lora=self.rollout.lora, worker_factory=self.dedicated_worker_factory
+                self.model_path,
+                sampling=sampling,
+                pad_id=self.pad_id,
+                lora=self.rollout.engine.lora,
+                worker_factory=self.dedicated_worker_factory,
             )
             self.dedicated.start(engine.loop)
             self.dedicated.send_weights(self._weights, self._version)
@@ -182,14 +192,14 @@ class VLLMRolloutService:
         self.buffer.set_trainer_version(self._version)
         settings = ProducerSettings(
             group_size=self.group_size,
-            max_concurrent_groups=lane_share(self.rollout.max_concurrent_groups, lane, self.num_engines, minimum=1),
+            max_concurrent_groups=lane_share(self.rollout.batch.max_concurrent_groups, lane, self.num_engines, minimum=1),
             sampling=sampling,
-            max_context=self.engine_config.max_model_len,
+            max_context=self.engine_settings.max_model_len,
             # Each lane, each restart and a resumed run (at its version) draw other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane + 104_729 * self._version,
-            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.mode == "sync" else None,
-            env_failure_limit=self.rollout.env_failure_limit,
-            env_failure_window=self.rollout.env_failure_window,
+            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.batch.mode == "sync" else None,
+            env_failure_limit=self.rollout.failures.env_failure_limit,
+            env_failure_window=self.rollout.failures.env_failure_window,
             group_ids=self._group_ids,
             admits=lambda: self.lanes.router.admits(lane),
         )

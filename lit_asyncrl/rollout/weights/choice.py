@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.rollout.engine.settings import EngineConfig
+from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.weights.actor_route import ActorRoute
 from lit_asyncrl.rollout.weights.adapters import AdapterRoute, EngineAdapters
 from lit_asyncrl.rollout.weights.changed_elements import ChangedElements
@@ -82,25 +82,35 @@ def check_changed_elements(push_changed_elements: bool, route: str) -> None:
         )
 
 
-def local_route(settings: EngineConfig, adapters: EngineAdapters | None) -> WeightRoute:
-    """The route of an engine in this process (`settings.weight_transfer` already chosen);
-    `adapters`: the engine's, when each version is an adapter."""
+def chosen(weight_transfer: str, placement: str) -> str:
+    """The route an engine takes: as chosen (the service checked it for the run), or for "auto" the
+    route of one trainer process on this machine (an engine made directly, outside a service)."""
+    if weight_transfer != "auto":
+        return weight_transfer
+    return select_weight_transfer(weight_transfer, trainer_device_type(), placement, trainer_processes=1)
+
+
+def local_route(settings: EngineSettings, adapters: EngineAdapters | None, max_loras: int) -> WeightRoute:
+    """The route of an engine in this process; `adapters`: the engine's, when each version is an
+    adapter (`max_loras` of them run at once)."""
     if adapters is not None:
-        return AdapterRoute(adapters, settings.max_loras)
+        return AdapterRoute(adapters, max_loras)
+    name = chosen(settings.weight_transfer, placement="local")
     dtype = settings.torch_dtype()
-    if settings.weight_transfer == "file":
+    if name == "file":
         return FileRoute(ChangedTensors(), dtype)
-    if settings.weight_transfer == "staged":
+    if name == "staged":
         return StagedRoute(ChangedTensors(), dtype, ChangedElements() if settings.push_changed_elements else None)
-    return TRANSFER_ROUTES[settings.weight_transfer](ChangedTensors(), settings.torch_dtype(), settings.engine_workers())
+    return TRANSFER_ROUTES[name](ChangedTensors(), dtype, settings.engine_workers())
 
 
-def actor_route(settings: EngineConfig) -> WeightRoute:
+def actor_route(settings: EngineSettings) -> WeightRoute:
     """The trainer's route to an engine in a Ray actor: vLLM's weight-transfer API where the run
     takes one, else the tensors through Ray's object store (an adapter whole) to the actor's engine,
     which loads them by its own route."""
     if settings.serves_adapters:
         return ActorRoute(WholeTensors())
-    if settings.weight_transfer in TRANSFER_ROUTES:
-        return TRANSFER_ROUTES[settings.weight_transfer](ChangedTensors(), settings.torch_dtype(), settings.engine_workers())
+    name = chosen(settings.weight_transfer, placement="ray")
+    if name in TRANSFER_ROUTES:
+        return TRANSFER_ROUTES[name](ChangedTensors(), settings.torch_dtype(), settings.engine_workers())
     return ActorRoute(ChangedTensors())

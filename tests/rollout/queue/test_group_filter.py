@@ -85,12 +85,14 @@ def test_the_filters_counts_survive_a_resume():
 
 
 def test_settings_are_checked_and_build_the_filter():
-    assert RolloutConfig().group_filter() == GroupFilter(zero_advantage=False, max_drops_per_batch=16, overlong=False)
-    assert RolloutConfig(filter_zero_advantage=True, max_zero_advantage_drops_per_batch=4).group_filter() == GroupFilter(True, 4, False)
+    assert RolloutConfig().filters.group_filter() == GroupFilter(zero_advantage=False, max_drops_per_batch=16, overlong=False)
+    assert RolloutConfig.from_keys(filter_zero_advantage=True, max_zero_advantage_drops_per_batch=4).filters.group_filter() == GroupFilter(
+        True, 4, False
+    )
     with pytest.raises(ValueError, match=r"^rollout\.filter_overlong must be true or false, got 'yes'$"):
-        RolloutConfig(filter_overlong="yes")
+        RolloutConfig.from_keys(filter_overlong="yes")
     with pytest.raises(ValueError, match=r"^rollout\.max_zero_advantage_drops_per_batch must be an integer >= 0, got -1$"):
-        RolloutConfig(max_zero_advantage_drops_per_batch=-1)
+        RolloutConfig.from_keys(max_zero_advantage_drops_per_batch=-1)
 
 
 class Typist:

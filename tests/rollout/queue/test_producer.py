@@ -56,7 +56,7 @@ def delayed_boom(delay_s: float):
 def make_service(
     model_path, *, max_version_gap: int = 3, buffer_capacity: int = 8, liveness_poll_s: float = 0.5, checkpoint_pending: bool = True
 ) -> VLLMRolloutService:
-    settings = RolloutConfig(
+    settings = RolloutConfig.from_keys(
         checkpoint_pending=checkpoint_pending,
         group_size=2,
         groups_per_batch=1,

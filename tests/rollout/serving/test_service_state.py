@@ -4,7 +4,7 @@ checkpoint written before the service had one (`rollout_accounting`) still resum
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.rollout.settings import RolloutConfig
 
-SMALL = {"rollout": RolloutConfig(groups_per_batch=4, group_size=2, buffer_capacity=16)}
+SMALL = {"rollout": RolloutConfig.from_keys(groups_per_batch=4, group_size=2, buffer_capacity=16)}
 
 
 def datamodule_after_a_run() -> RolloutDataModule:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lit_asyncrl.models.lora import LoRASettings
-from lit_asyncrl.rollout.engine.settings import EngineConfig, engine_args
+from lit_asyncrl.rollout.engine.settings import EngineSettings, engine_args
 from lit_asyncrl.rollout.weights.actor_route import ActorRoute
 from lit_asyncrl.rollout.weights.adapters import AdapterRoute, EngineAdapters
 from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors, WholeTensors
@@ -77,17 +77,17 @@ def test_impossible_routes_are_refused_naming_the_key(requested, device, placeme
     ],
 )
 def test_each_chosen_route_is_a_class_of_its_own_for_both_engines(name, local, to_an_actor):
-    settings = EngineConfig(weight_transfer=name)
-    assert type(local_route(settings, adapters=None)) is local
+    settings = EngineSettings(weight_transfer=name)
+    assert type(local_route(settings, adapters=None, max_loras=4)) is local
     assert type(actor_route(settings)) is to_an_actor
-    assert isinstance(local_route(settings, adapters=None).selection, ChangedTensors)  # then only what was written
+    assert isinstance(local_route(settings, adapters=None, max_loras=4).selection, ChangedTensors)  # then only what was written
 
 
 def test_adapters_take_the_adapter_route_whatever_the_transfer_and_travel_whole(tmp_path):
     lora = LoRASettings(rank=8, push="adapter")
     for name in ("file", "gloo"):
-        settings = EngineConfig(weight_transfer=name, lora=lora, max_loras=5)
-        route = local_route(settings, EngineAdapters(lora, tmp_path))
+        settings = EngineSettings(weight_transfer=name, lora=lora)
+        route = local_route(settings, EngineAdapters(lora, tmp_path), max_loras=5)
         assert type(route) is AdapterRoute and isinstance(route.selection, WholeTensors)
         assert route.engine_arguments() == {"enable_lora": True, "max_lora_rank": 8, "max_loras": 5, "max_cpu_loras": 5}
         assert type(actor_route(settings)) is ActorRoute and isinstance(actor_route(settings).selection, WholeTensors)
@@ -96,20 +96,20 @@ def test_adapters_take_the_adapter_route_whatever_the_transfer_and_travel_whole(
 def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_files():
     for name, route_class in (("gloo", GlooRoute), ("nccl", NCCLRoute), ("ipc", IPCRoute)):
         route = route_class(ChangedTensors(), torch.float32, engine_workers=2)
-        args = engine_args("model", EngineConfig(weight_transfer=name, tensor_parallel_size=2), "cuda", route.engine_arguments())
+        args = engine_args("model", EngineSettings(weight_transfer=name, tensor_parallel_size=2), "cuda", 0, route.engine_arguments())
         assert args.weight_transfer_config.backend == name
         assert args.tensor_parallel_size == 2
-    file_route = local_route(EngineConfig(), adapters=None)
+    file_route = local_route(EngineSettings(), adapters=None, max_loras=4)
     assert file_route.engine_arguments() == {}
-    assert engine_args("model", EngineConfig(), "cpu", file_route.engine_arguments()).weight_transfer_config is None
-    staged = local_route(EngineConfig(weight_transfer="staged"), adapters=None).engine_arguments()
+    assert engine_args("model", EngineSettings(), "cpu", 0, file_route.engine_arguments()).weight_transfer_config is None
+    staged = local_route(EngineSettings(weight_transfer="staged"), adapters=None, max_loras=4).engine_arguments()
     assert staged == {"worker_extension_cls": "lit_asyncrl.rollout.weights.staged.StagedWeightsExtension"}
 
 
 def test_the_trainer_opens_a_group_for_itself_and_every_engine_worker():
     from lit_asyncrl.rollout.weights.gloo import GlooTrainerInitInfo  # imports vLLM: not at collection
 
-    workers = EngineConfig(tensor_parallel_size=2, data_parallel_size=3).engine_workers()
+    workers = EngineSettings(tensor_parallel_size=2, data_parallel_size=3).engine_workers()
     info = GlooRoute(ChangedTensors(), torch.float32, engine_workers=workers).trainer_init_info()
     assert isinstance(info, GlooTrainerInitInfo) and info.backend == "gloo"
     assert (info.rank, info.is_sender, info.world_size, info.master_address) == (0, True, 7, "127.0.0.1")
