@@ -10,6 +10,9 @@ from setuptools import find_namespace_packages, setup
 
 SKIP = ["*__pycache__*"]
 code = find_namespace_packages(include=["lit_asyncrl", "lit_asyncrl.*"], exclude=SKIP)
-configs = ["lit_asyncrl_conf", *(f"lit_asyncrl_conf.{name}" for name in find_namespace_packages(where="conf", exclude=SKIP))]
+configs = [
+    "lit_asyncrl_conf",
+    *(f"lit_asyncrl_conf.{name}" for name in find_namespace_packages(where="conf", exclude=SKIP)),
+]
 
 setup(packages=[*code, *configs])

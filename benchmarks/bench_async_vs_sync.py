@@ -71,7 +71,10 @@ class ThroughputMeter(L.Callback):
             metrics = trainer.callback_metrics
             self.tokens += int(metrics["train/policy_tokens"])
             self.ended = time.perf_counter()
-            self.produced, self.dropped_stale = float(metrics["rollout/produced"]), float(metrics["rollout/dropped_stale"])
+            self.produced, self.dropped_stale = (
+                float(metrics["rollout/produced"]),
+                float(metrics["rollout/dropped_stale"]),
+            )
 
     @property
     def wait_share(self) -> float:

@@ -38,7 +38,8 @@ def measure(model_path: str, dtype: str, lr: float, steps: int, batch: int, leng
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     engines = {
         route: VLLMEngine(
-            model_path, EngineSettings(dtype=dtype, max_model_len=256, weight_transfer="staged", push_changed_elements=elements)
+            model_path,
+            EngineSettings(dtype=dtype, max_model_len=256, weight_transfer="staged", push_changed_elements=elements),
         )
         for route, elements in ROUTES.items()
     }
@@ -65,7 +66,9 @@ def measure(model_path: str, dtype: str, lr: float, steps: int, batch: int, leng
                     timings[route]["push_s"].append(elapsed)
             model.eval()
             for route, engine in engines.items():
-                turn = engine.run(engine.generate([1, 2, 3], max_tokens=16, temperature=1.0, ignore_eos=True), timeout_s=120)
+                turn = engine.run(
+                    engine.generate([1, 2, 3], max_tokens=16, temperature=1.0, ignore_eos=True), timeout_s=120
+                )
                 ids = torch.tensor([[1, 2, 3] + turn.token_ids])
                 with torch.no_grad():
                     pi = token_logprobs(model, ids, torch.ones_like(ids), 1.0)[0, 3:]
@@ -94,8 +97,12 @@ def main() -> None:
     args = parser.parse_args()
     path = resolve_model_path(None if args.tiny else "smollm2_135m")
     rates = (2e-6, 6e-5) if args.tiny else (1e-6, 1e-5)
-    print(f"{'tiny 0.3M' if args.tiny else 'SmolLM2-135M'}, {args.dtype} engines, {args.steps} steps, load {os.getloadavg()[0]:.2f}")
-    print("| lr | push | MB sent | while generating s | engine pause s | push s | push / whole's | max abs(mu - log pi) |")
+    print(
+        f"{'tiny 0.3M' if args.tiny else 'SmolLM2-135M'}, {args.dtype} engines, {args.steps} steps, load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "| lr | push | MB sent | while generating s | engine pause s | push s | push / whole's | max abs(mu - log pi) |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for lr in rates:
         for row in measure(path, args.dtype, lr, args.steps, batch=2, length=64):

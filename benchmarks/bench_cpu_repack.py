@@ -52,7 +52,9 @@ def main() -> None:
 
     from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy
 
-    medium = TinyPolicyConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1536)
+    medium = TinyPolicyConfig(
+        hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1536
+    )
     models = [
         ("tiny 25M", AutoConfig.from_pretrained(build_tiny_policy(medium))),
         ("SmolLM2-135M", AutoConfig.from_pretrained(resolve_model_path("smollm2_135m"))),
@@ -61,8 +63,12 @@ def main() -> None:
     for label, config in models:
         weights = [torch.randn(shape) for shape in linear_shapes(config)]
         targets = [torch.empty_like(weight) for weight in weights]
-        repack = median_seconds(lambda weights=weights: [ops.create_onednn_mm(w.t(), 32) for w in weights], args.warmup, args.repeats)
-        copy = median_seconds(lambda weights=weights, targets=targets: torch._foreach_copy_(targets, weights), args.warmup, args.repeats)
+        repack = median_seconds(
+            lambda weights=weights: [ops.create_onednn_mm(w.t(), 32) for w in weights], args.warmup, args.repeats
+        )
+        copy = median_seconds(
+            lambda weights=weights, targets=targets: torch._foreach_copy_(targets, weights), args.warmup, args.repeats
+        )
         megabytes = sum(weight.numel() * weight.element_size() for weight in weights) / 1e6
         print(f"{label:<14} {megabytes:>10.1f} {repack:>10.4f} {copy:>8.4f} {repack / copy:>14.1f}x")
 

@@ -99,7 +99,11 @@ def main() -> None:
             results[kind].append(measure(path, kind))
             print(f"round {round_ + 1}/{rounds} {kind:9} {results[kind][-1]}", flush=True)
     median = {kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for kind, runs in results.items()}
-    print(f"\n{'':24}" + "".join(f"{kind:>10}" for kind in kinds) + "".join(f"{kind + '/forked':>17}" for kind in kinds[1:]))
+    print(
+        f"\n{'':24}"
+        + "".join(f"{kind:>10}" for kind in kinds)
+        + "".join(f"{kind + '/forked':>17}" for kind in kinds[1:])
+    )
     for key, label in [
         ("start_s", "start (s)"),
         ("shutdown_s", "shutdown (s)"),
@@ -107,7 +111,11 @@ def main() -> None:
         ("loaded_tok_s", "tokens/s, trainer busy"),
     ]:
         values = [median[kind][key] for kind in kinds]
-        print(f"{label:24}" + "".join(f"{value:10.1f}" for value in values) + "".join(f"{value / values[0]:17.2f}" for value in values[1:]))
+        print(
+            f"{label:24}"
+            + "".join(f"{value:10.1f}" for value in values)
+            + "".join(f"{value / values[0]:17.2f}" for value in values[1:])
+        )
 
 
 if __name__ == "__main__":

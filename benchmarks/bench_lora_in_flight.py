@@ -28,7 +28,9 @@ from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 def one_round(engine: VLLMEngine, adapter: dict, version: int, turns: int, tokens: int, push_every_s: float) -> dict:
     async def all_turns():
-        return await asyncio.gather(*(engine.generate([1 + i], max_tokens=tokens, temperature=1.0, ignore_eos=True) for i in range(turns)))
+        return await asyncio.gather(
+            *(engine.generate([1 + i], max_tokens=tokens, temperature=1.0, ignore_eos=True) for i in range(turns))
+        )
 
     start = time.perf_counter()
     pending = asyncio.run_coroutine_threadsafe(all_turns(), engine.loop)
@@ -39,11 +41,21 @@ def one_round(engine: VLLMEngine, adapter: dict, version: int, turns: int, token
             break
         version += 1
         engine.pause()
-        moved += engine.push_weights({name: tensor + 0.01 * version for name, tensor in adapter.items()}, version).moved_turns or 0
+        moved += (
+            engine.push_weights(
+                {name: tensor + 0.01 * version for name, tensor in adapter.items()}, version
+            ).moved_turns
+            or 0
+        )
         pushes += 1
     outputs = pending.result()
     seconds = time.perf_counter() - start
-    return {"tokens_per_s": sum(len(o.token_ids) for o in outputs) / seconds, "moved": moved, "pushes": pushes, "version": version}
+    return {
+        "tokens_per_s": sum(len(o.token_ids) for o in outputs) / seconds,
+        "moved": moved,
+        "pushes": pushes,
+        "version": version,
+    }
 
 
 def main() -> None:
@@ -54,9 +66,13 @@ def main() -> None:
     parser.add_argument("--push-every-s", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    name, path = ("tiny 0.3M", resolve_model_path(None)) if args.tiny else ("SmolLM2-135M", resolve_model_path("smollm2_135m"))
+    name, path = (
+        ("tiny 0.3M", resolve_model_path(None)) if args.tiny else ("SmolLM2-135M", resolve_model_path("smollm2_135m"))
+    )
     torch.manual_seed(0)
-    adapter = adapter_weights(add_adapter(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), LoRASettings(rank=8)))
+    adapter = adapter_weights(
+        add_adapter(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), LoRASettings(rank=8))
+    )
     engines = {}
     for mode in TURNS_IN_FLIGHT:
         config = EngineSettings(dtype="float32", max_model_len=512, lora=LoRASettings(rank=8, in_flight=mode))
@@ -77,7 +93,9 @@ def main() -> None:
     finally:
         for engine in engines.values():
             engine.shutdown()
-    print(f"{name}, rank 8, {args.turns} turns x {args.tokens} tokens, a push every {args.push_every_s} s; {args.repeats} rounds")
+    print(
+        f"{name}, rank 8, {args.turns} turns x {args.tokens} tokens, a push every {args.push_every_s} s; {args.repeats} rounds"
+    )
     print("| in_flight | tokens/s per round | median | pushes per round | turns moved per round |")
     print("|---|---|---:|---|---|")
     for mode, rounds in results.items():
@@ -87,7 +105,9 @@ def main() -> None:
             f"{', '.join(str(r['pushes']) for r in rounds)} | {', '.join(str(int(r['moved'])) for r in rounds)} |"
         )
     ratios = [m["tokens_per_s"] / f["tokens_per_s"] for m, f in zip(results["move"], results["finish"])]
-    print(f"move / finish tokens/s per round: {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")
+    print(
+        f"move / finish tokens/s per round: {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})"
+    )
 
 
 if __name__ == "__main__":

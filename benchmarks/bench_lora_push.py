@@ -46,8 +46,14 @@ def measure_pushes(path: str, rank: int, repeats: int, warmup: int) -> dict:
     settings = {push: LoRASettings(rank=rank, push=push) for push in PUSHES}
     adapter = adapter_weights(policy)
     buffers = {name: torch.empty_like(t) for name, t in adapter.items()}
-    engines = {push: VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, lora=settings[push])) for push in PUSHES}
-    timings = {push: {key: [] for key in ("prepare_s", "write_s", "pause_s", "push_s", "first_token_s", "bytes")} for push in PUSHES}
+    engines = {
+        push: VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, lora=settings[push]))
+        for push in PUSHES
+    }
+    timings = {
+        push: {key: [] for key in ("prepare_s", "write_s", "pause_s", "push_s", "first_token_s", "bytes")}
+        for push in PUSHES
+    }
     copies = []
     try:
         for engine in engines.values():
@@ -85,7 +91,9 @@ def measure_pushes(path: str, rank: int, repeats: int, warmup: int) -> dict:
     result["copy_s"] = statistics.median(copies)
     result["adapter_bytes"] = nbytes(adapter)
     result["model_bytes"] = nbytes({n: p for n, p in policy.named_parameters() if ".lora_" not in n})
-    result["merged_over_adapter"] = statistics.median(m / a for m, a in zip(timings["merged"]["push_s"], timings["adapter"]["push_s"]))
+    result["merged_over_adapter"] = statistics.median(
+        m / a for m, a in zip(timings["merged"]["push_s"], timings["adapter"]["push_s"])
+    )
     return result
 
 
@@ -96,7 +104,9 @@ def measure_steps(path: str, rank: int, repeats: int, warmup: int) -> dict:
     last_layers = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     freeze_all_but_last_layers(last_layers, 2)
     models = {"lora": lora, "last 2 layers": last_layers}
-    optimizers = {name: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-5) for name, m in models.items()}
+    optimizers = {
+        name: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-5) for name, m in models.items()
+    }
     input_ids = torch.randint(3, min(lora.config.vocab_size, 1000), (8, 128))
     seconds: dict[str, list[float]] = {name: [] for name in models}
     for round_ in range(warmup + repeats):
@@ -119,7 +129,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
-    name, path = ("tiny 0.3M", resolve_model_path(None)) if args.tiny else ("SmolLM2-135M", resolve_model_path("smollm2_135m"))
+    name, path = (
+        ("tiny 0.3M", resolve_model_path(None)) if args.tiny else ("SmolLM2-135M", resolve_model_path("smollm2_135m"))
+    )
     print(
         f"{name}, rank {args.rank}, torch {torch.__version__}, {torch.get_num_threads()} threads, repeats {args.repeats}, "
         f"warm-up {args.warmup}, load {os.getloadavg()[0]:.2f}"
@@ -129,7 +141,9 @@ def main() -> None:
         f"adapter {pushes['adapter_bytes'] / 1e6:.2f} MB, model {pushes['model_bytes'] / 1e6:.1f} MB; plain copy of the adapter "
         f"{pushes['copy_s'] * 1e3:.2f} ms"
     )
-    print("| push | MB sent | prepare s | write s | engine pause s | push s (trainer waits) | push / adapter copy | first token after s |")
+    print(
+        "| push | MB sent | prepare s | write s | engine pause s | push s (trainer waits) | push / adapter copy | first token after s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for push in PUSHES:
         row = pushes[push]

@@ -40,7 +40,9 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as root:
         for name, experiment in WAYS.items():
-            results[name] = run_steps([f"experiment={experiment}", f"trainer.max_steps={args.steps}"], Path(root) / experiment)
+            results[name] = run_steps(
+                [f"experiment={experiment}", f"trainer.max_steps={args.steps}"], Path(root) / experiment
+            )
             print(f"ran {name}: {len(results[name])} steps", file=sys.stderr)
     print(f"medians over steps {args.skip}..{args.steps - 1}")
     print(f"| trained | {' | '.join(KEYS)} |")
@@ -50,7 +52,9 @@ def main() -> None:
         values["MB pushed"] /= 1e6
         values["snapshots MiB"] *= 1024
         print(f"| {name} | {' | '.join(f'{value:.3f}' for value in values.values())} |")
-    ratio = median(results["LoRA rank 8"], "train/step_s", args.skip) / median(results["last 2 layers"], "train/step_s", args.skip)
+    ratio = median(results["LoRA rank 8"], "train/step_s", args.skip) / median(
+        results["last 2 layers"], "train/step_s", args.skip
+    )
     print(f"step, LoRA / last 2 layers: {ratio:.2f}x")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 

@@ -36,7 +36,9 @@ RUN = [
 
 
 def run_route(experiment: str, steps: int, out_dir: Path) -> list[dict[str, float]]:
-    return run_steps([f"experiment={experiment}", f"trainer.max_steps={steps}", "checkpoint_every=1000000", *RUN], out_dir)
+    return run_steps(
+        [f"experiment={experiment}", f"trainer.max_steps={steps}", "checkpoint_every=1000000", *RUN], out_dir
+    )
 
 
 def main() -> None:

@@ -76,7 +76,9 @@ def kill_an_engine(process: psutil.Process) -> bool:
     return False
 
 
-def run_segment(index: int, overrides: list[str], kill_at: str | None, engine_kill_step: int | None, args, writer) -> tuple[Path, int]:
+def run_segment(
+    index: int, overrides: list[str], kill_at: str | None, engine_kill_step: int | None, args, writer
+) -> tuple[Path, int]:
     run_dir = args.out / f"segment{index}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"LIT_ASYNCRL_KILL_AT": kill_at} if kill_at else {})}
     command = [sys.executable, "-m", "lit_asyncrl.train", *overrides, f"hydra.run.dir={run_dir}"]
@@ -140,7 +142,11 @@ def main() -> None:
         "rollout.env_failure_limit=0.9",
     ]
     # (kill point, step at which an engine core is killed): the engine dies in the second segment.
-    plan = [(f"train_step@{int(args.steps * 0.3)}", None), (f"batch_wait@{int(args.steps * 0.6)}", int(args.steps * 0.45)), (None, None)]
+    plan = [
+        (f"train_step@{int(args.steps * 0.3)}", None),
+        (f"batch_wait@{int(args.steps * 0.6)}", int(args.steps * 0.45)),
+        (None, None),
+    ]
     samples_path = args.out / "rss.csv"
     resume: list[str] = []
     with open(samples_path, "w", newline="") as handle:
@@ -149,10 +155,15 @@ def main() -> None:
         for index, (kill_at, engine_kill_step) in enumerate(plan):
             run_dir, code = run_segment(index, base + resume, kill_at, engine_kill_step, args, writer)
             handle.flush()
-            print(f"segment {index}: exit {code}, last step {last_step(run_dir)}" + (f" (killed at {kill_at})" if kill_at else ""))
+            print(
+                f"segment {index}: exit {code}, last step {last_step(run_dir)}"
+                + (f" (killed at {kill_at})" if kill_at else "")
+            )
             if kill_at is None:
                 break
-            (checkpoint,) = sorted((run_dir / "checkpoints").glob("step=*.ckpt"), key=lambda path: int(path.stem.split("=")[1]))[-1:]
+            (checkpoint,) = sorted(
+                (run_dir / "checkpoints").glob("step=*.ckpt"), key=lambda path: int(path.stem.split("=")[1])
+            )[-1:]
             resume = [f"ckpt_path='{checkpoint}'"]
     report(args.out, len(plan), args.warmup)
 
@@ -168,7 +179,9 @@ def report(out: Path, segments: int, warmup: int) -> None:
                 value = growth(lived, key, lived[0]["step"] + warmup)
                 text = "too few samples" if value is None else f"{100 * value:+.1f}%"
                 steps = f"steps {lived[0]['step']:.0f}-{lived[-1]['step']:.0f}"
-                print(f"segment {index} {key.removesuffix('_mb')} {life} ({steps}) RSS growth after warm-up: {text} (target <= +5%)")
+                print(
+                    f"segment {index} {key.removesuffix('_mb')} {life} ({steps}) RSS growth after warm-up: {text} (target <= +5%)"
+                )
     for index in range(segments):
         run_dir = out / f"segment{index}"
         rows = step_rows(run_dir / "metrics.csv")
@@ -176,12 +189,16 @@ def report(out: Path, segments: int, warmup: int) -> None:
             continue
         config = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
         snapshot_cap, pending_cap = config.rollout.max_version_gap + 1, config.rollout.buffer_capacity
-        broken = [row["step"] for row in rows if float(row["rollout/produced"]) != sum(float(row[key]) for key in ACCOUNTED)]
+        broken = [
+            row["step"] for row in rows if float(row["rollout/produced"]) != sum(float(row[key]) for key in ACCOUNTED)
+        ]
         most_resident = max(float(row["snapshot/resident"]) for row in rows if row.get("snapshot/resident"))
         most_pending = max(float(row["rollout/pending"]) for row in rows)
         last = rows[-1]
         dropped = {
-            key.removeprefix("rollout/dropped_"): last[key] for key in last if key.startswith("rollout/dropped_") and float(last[key] or 0)
+            key.removeprefix("rollout/dropped_"): last[key]
+            for key in last
+            if key.startswith("rollout/dropped_") and float(last[key] or 0)
         }
         print(
             f"segment {index}: steps {rows[0]['step']}-{last['step']}; accounting identity "

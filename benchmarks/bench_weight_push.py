@@ -38,7 +38,9 @@ from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 TARGET = 2.0
 ROUTES = ("file", "staged", "gloo")
 # ~25M parameters with the tiny policy's architecture and tokenizer (3.1M per layer).
-MEDIUM = TinyPolicyConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1536)
+MEDIUM = TinyPolicyConfig(
+    hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=4, head_dim=64, intermediate_size=1536
+)
 
 
 def measure(name: str, path, repeats: int, warmup: int, written_layers: int | None = None) -> dict:
@@ -50,8 +52,13 @@ def measure(name: str, path, repeats: int, warmup: int, written_layers: int | No
     written = [t for n, t in state.items() if written_layers is None or _layer(n) >= first_written]
     tensors = list({t.data_ptr(): t for t in written}.values())  # what a push sends; tied tensors once
     buffers = [torch.empty_like(t) for t in tensors]
-    engines = {route: VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, weight_transfer=route)) for route in ROUTES}
-    timings: dict[str, dict[str, list[float]]] = {route: {"write_s": [], "pause_s": [], "push_s": [], "bytes": []} for route in ROUTES}
+    engines = {
+        route: VLLMEngine(path, EngineSettings(dtype="float32", max_model_len=256, weight_transfer=route))
+        for route in ROUTES
+    }
+    timings: dict[str, dict[str, list[float]]] = {
+        route: {"write_s": [], "pause_s": [], "push_s": [], "bytes": []} for route in ROUTES
+    }
     copies = []
     try:
         for engine in engines.values():
@@ -89,7 +96,9 @@ def measure(name: str, path, repeats: int, warmup: int, written_layers: int | No
         for route in ROUTES
     }
     for route in ROUTES[1:]:
-        rows[route]["against_file"] = statistics.median(r / f for r, f in zip(timings[route]["push_s"], timings["file"]["push_s"]))
+        rows[route]["against_file"] = statistics.median(
+            r / f for r, f in zip(timings[route]["push_s"], timings["file"]["push_s"])
+        )
     return list(rows.values())
 
 
@@ -128,7 +137,9 @@ def main() -> None:
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     at_25m = {row["route"]: row for row in rows if row["model"] == "tiny 25M"}
-    print(f"file route, engine pause / copy of loaded bytes at 25M: {at_25m['file']['pause_ratio']:.1f}x; the staged route's:")
+    print(
+        f"file route, engine pause / copy of loaded bytes at 25M: {at_25m['file']['pause_ratio']:.1f}x; the staged route's:"
+    )
     print(f"engine pause / copy of loaded bytes at 25M: {at_25m['staged']['pause_ratio']:.1f}x")
 
 

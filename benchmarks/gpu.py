@@ -107,7 +107,9 @@ def main() -> None:
     params = list(model.parameters())
     nbytes = sum(p.numel() * p.element_size() for p in params)
     print(f"device: {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
-    print(f"weights: {sum(p.numel() for p in params) / 1e9:.3f}B parameters, {nbytes / _GB:.2f} GB bf16, {len(params)} tensors")
+    print(
+        f"weights: {sum(p.numel() for p in params) / 1e9:.3f}B parameters, {nbytes / _GB:.2f} GB bf16, {len(params)} tensors"
+    )
     print(f"timings: median of {args.repeats} rounds after {args.warmup} warm-up rounds\n")
 
     # --- snapshot save / load, through the library, next to raw copies of the same bytes

@@ -26,7 +26,9 @@ def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer
     warn_of_replaced_metrics(trainer)
 
 
-def check_lora_supported(module_lora: LoRASettings, engine_lora: LoRASettings, reference: object, strategy: object) -> None:
+def check_lora_supported(
+    module_lora: LoRASettings, engine_lora: LoRASettings, reference: object, strategy: object
+) -> None:
     """The engines serve the adapter the module trains, through routes that know adapters."""
     from lit_asyncrl.fsdp import STRATEGY_NAME, FSDP2Strategy
     from lit_asyncrl.reference.attached import DedicatedReference, InterruptSyncReference

@@ -106,7 +106,9 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
 
 def render(name: str, overrides: list[str]) -> str:
     what = f" (experiment={name})" if overrides else " (default run)"
-    return HEADER.format(what=what, name=name) + yaml.safe_dump(cli_config(name, overrides), sort_keys=False, default_flow_style=False)
+    return HEADER.format(what=what, name=name) + yaml.safe_dump(
+        cli_config(name, overrides), sort_keys=False, default_flow_style=False
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,9 @@ def config_dir() -> str:
     for folder in _candidates():
         if (folder / PRIMARY_CONFIG).is_file():
             return str(folder.resolve())
-    raise FileNotFoundError(f"no {PRIMARY_CONFIG}: {CONFIG_PACKAGE} is not installed as a directory and conf/ is not beside lit_asyncrl")
+    raise FileNotFoundError(
+        f"no {PRIMARY_CONFIG}: {CONFIG_PACKAGE} is not installed as a directory and conf/ is not beside lit_asyncrl"
+    )
 
 
 def _candidates() -> Iterator[Path]:

@@ -78,7 +78,9 @@ class RolloutDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         # batch_size=None: the dataset yields whole collated batches; workers must stay in-process.
         stream = _ServiceStream(
-            self.rollouts, self.rollout_config.batch.batch_timeout_s, step=lambda: self.trainer.global_step if self.trainer else 0
+            self.rollouts,
+            self.rollout_config.batch.batch_timeout_s,
+            step=lambda: self.trainer.global_step if self.trainer else 0,
         )
         return DataLoader(stream, batch_size=None, num_workers=0)
 

@@ -75,7 +75,9 @@ class ReferenceFidelity:
         else:
             self.exact.retention.set_max_staleness(self.fallback_window)
 
-    def metrics(self, loss_fn: LossStrategy, inputs: LossInputs, applied_mask: torch.Tensor, batch: dict, version: int) -> dict[str, float]:
+    def metrics(
+        self, loss_fn: LossStrategy, inputs: LossInputs, applied_mask: torch.Tensor, batch: dict, version: int
+    ) -> dict[str, float]:
         """The `fidelity/*` metrics of one training batch.
 
         Args:

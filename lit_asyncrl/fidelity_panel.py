@@ -100,7 +100,9 @@ class ParameterAverage(PanelProxy):
 
     def logprobs(self, batch: dict, inputs: LossInputs, version: int) -> torch.Tensor:
         self.average.observe_version_gaps(inputs.version_gap[inputs.loss_mask])
-        logits = self.average.reference_forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = self.average.reference_forward(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).logits
         return logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
 
 
@@ -138,7 +140,13 @@ class ProxyPanel:
         return [callback for proxy in self.proxies for callback in proxy.callbacks()]
 
     def metrics(
-        self, loss_fn: LossStrategy, inputs: LossInputs, exact: torch.Tensor, batch: dict, version: int, tokens: torch.Tensor
+        self,
+        loss_fn: LossStrategy,
+        inputs: LossInputs,
+        exact: torch.Tensor,
+        batch: dict,
+        version: int,
+        tokens: torch.Tensor,
     ) -> dict[str, float]:
         """`fidelity/<proxy>/*` and `fidelity/discrepancy_*` over `tokens` (bool [B, T])."""
         bounds = getattr(loss_fn, "discrepancy_bounds", None) or PAPER_DISCREPANCY_BOUNDS
@@ -152,6 +160,8 @@ class ProxyPanel:
             metrics.update(abs_stats_by_gap(distance, counted, inputs.version_gap, f"fidelity/{proxy.name}/logratio_"))
             proxy_kept = masked_discrepancy_weight(proxy_logprobs, behavior, bounds)[1]
             metrics.update(
-                fraction_by_gap(proxy_kept != exact_kept, counted, inputs.version_gap, f"fidelity/{proxy.name}/mask_disagreement")
+                fraction_by_gap(
+                    proxy_kept != exact_kept, counted, inputs.version_gap, f"fidelity/{proxy.name}/mask_disagreement"
+                )
             )
         return metrics

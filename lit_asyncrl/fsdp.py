@@ -30,7 +30,10 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     def __init__(self, save_distributed_checkpoint: bool = False, **kwargs) -> None:
         super().__init__(
-            data_parallel_size="auto", tensor_parallel_size=1, save_distributed_checkpoint=save_distributed_checkpoint, **kwargs
+            data_parallel_size="auto",
+            tensor_parallel_size=1,
+            save_distributed_checkpoint=save_distributed_checkpoint,
+            **kwargs,
         )
 
     def setup_environment(self) -> None:
@@ -98,4 +101,6 @@ def check_reference_supported(strategy: object, reference: object, fidelity: boo
         )
 
 
-StrategyRegistry.register(STRATEGY_NAME, FSDP2Strategy, description="FSDP2 (fully_shard) over all processes, CPU or GPU", override=True)
+StrategyRegistry.register(
+    STRATEGY_NAME, FSDP2Strategy, description="FSDP2 (fully_shard) over all processes, CPU or GPU", override=True
+)

@@ -7,7 +7,9 @@ import torch
 from lit_asyncrl.losses.metrics import GAP_BUCKETS
 
 
-def abs_stats_by_gap(values: torch.Tensor, tokens: torch.Tensor, version_gap: torch.Tensor, prefix: str) -> dict[str, float]:
+def abs_stats_by_gap(
+    values: torch.Tensor, tokens: torch.Tensor, version_gap: torch.Tensor, prefix: str
+) -> dict[str, float]:
     """Mean and maximum of `values` [B, T] over `tokens` (bool [B, T]), overall and per gap bucket.
 
     Keys: `<prefix>absmean`, `<prefix>absmax` and the same with `/gap_n` for every bucket that has

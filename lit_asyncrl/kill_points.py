@@ -30,7 +30,9 @@ def kill_points(spec: str) -> set[tuple[str, int]]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         point, _, step = item.partition("@")
         if point not in POINTS or not step.isdigit():
-            raise ValueError(f"{KILL_AT}={spec!r}: {item!r} is not <point>@<step> with a point among {', '.join(POINTS)}")
+            raise ValueError(
+                f"{KILL_AT}={spec!r}: {item!r} is not <point>@<step> with a point among {', '.join(POINTS)}"
+            )
         points.add((point, int(step)))
     return points
 

@@ -95,7 +95,9 @@ def end_other_ranks(trainer: L.Trainer | None) -> None:
 
 
 def _take_sigterm_back() -> None:
-    if threading.current_thread() is threading.main_thread() and _chained_after_lightning(signal.getsignal(signal.SIGTERM)):
+    if threading.current_thread() is threading.main_thread() and _chained_after_lightning(
+        signal.getsignal(signal.SIGTERM)
+    ):
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 

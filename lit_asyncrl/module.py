@@ -100,7 +100,9 @@ class AsyncRLModule(L.LightningModule):
         if not lr > 0:
             raise ValueError(f"model.lr must be > 0, got {lr}")
         if weight_decay < 0 or entropy_coef < 0:
-            raise ValueError(f"model.weight_decay and model.entropy_coef must be >= 0, got {weight_decay} and {entropy_coef}")
+            raise ValueError(
+                f"model.weight_decay and model.entropy_coef must be >= 0, got {weight_decay} and {entropy_coef}"
+            )
         # The adapter's settings as plain values: Lightning cannot write a frozen dataclass to
         # hparams.yaml (a checkpoint's `load_from_checkpoint` hands them back as a mapping).
         self.lora = LoRASettings(**lora) if isinstance(lora, Mapping) else lora if lora is not None else LoRASettings()
@@ -109,13 +111,17 @@ class AsyncRLModule(L.LightningModule):
         self.loss_fn = loss if loss is not None else PPOClipTrainInfer()
         self.reference = reference if reference is not None else NoReference()
         if isinstance(fidelity_proxies, str):
-            raise ValueError(f"fidelity_proxies must be a list of proxy names, e.g. [ewma,ewma_0.9], got {fidelity_proxies!r}")
+            raise ValueError(
+                f"fidelity_proxies must be a list of proxy names, e.g. [ewma,ewma_0.9], got {fidelity_proxies!r}"
+            )
         if fidelity_proxies and not fidelity:
             raise ValueError("fidelity_proxies are measured by the fidelity shadow: set fidelity=true")
         self.fidelity = ReferenceFidelity(proxies=list(fidelity_proxies or ())) if fidelity else None
         _check_loss_and_reference(self.loss_fn, self.reference)
         if self.lora.enabled and train_last_layers is not None:
-            raise ValueError("model.lora.rank > 0 trains an adapter, model.train_last_layers the model's last layers: set one of them")
+            raise ValueError(
+                "model.lora.rank > 0 trains an adapter, model.train_last_layers the model's last layers: set one of them"
+            )
         self.policy = load_policy(resolve_model_path(model_path))  # dropout off: a note says so
         if train_last_layers is not None:
             freeze_all_but_last_layers(self.policy, train_last_layers)
@@ -182,7 +188,9 @@ class AsyncRLModule(L.LightningModule):
         self._last_step_start = now
         batch, _, _ = next(dataloader_iter)
         kill_if_asked("train_step", self.global_step)
-        batch = {key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()}
+        batch = {
+            key: value.to(self.device) if isinstance(value, torch.Tensor) else value for key, value in batch.items()
+        }
         loss_mask = batch["loss_mask"]  # [B, T]
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
         logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -200,7 +208,9 @@ class AsyncRLModule(L.LightningModule):
         valid = out.valid if out.valid is not None else loss_mask
         policy_loss = out.loss * self._global_batch_scale(valid, self.loss_fn.aggregation)
         fidelity = (
-            {} if self.fidelity is None else self.fidelity.metrics(self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step)
+            {}
+            if self.fidelity is None
+            else self.fidelity.metrics(self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step)
         )
         entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
         entropy_bonus = self.hparams.entropy_coef * entropy
@@ -268,16 +278,20 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
-        metrics.update(_reference_gap_metrics(outcome.ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], outcome.version_gap))
+        metrics.update(
+            _reference_gap_metrics(
+                outcome.ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], outcome.version_gap
+            )
+        )
         # The strategy's own statistics (mask and clip ratios, KL, ESS, per-gap buckets) win on a clash.
         metrics.update({f"train/{key}": float(value) for key, value in outcome.loss_metrics.items()})
         metrics.update(outcome.fidelity)
         # A version-gap bucket with no tokens in a step (or a mixture's task with no episode, or a
         # drift whose previous version is gone) must be absent from that step's row, but `self.log`
         # repeats a key's last value at every later step: these go to the loggers directly.
-        buckets = {key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)} | self._task_success(
-            batch
-        )
+        buckets = {
+            key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)
+        } | self._task_success(batch)
         self.log_dict({key: value for key, value in metrics.items() if key not in buckets}, batch_size=size)
         for logger in self.loggers if buckets else ():
             logger.log_metrics(buckets, step=self.global_step)
@@ -298,13 +312,26 @@ class AsyncRLModule(L.LightningModule):
         totals[1].index_add_(0, task_ids, torch.ones_like(task_ids, dtype=torch.float64))
         if self._trainer is not None and self.trainer.world_size > 1:
             totals = self.trainer.strategy.reduce(totals, reduce_op="sum")  # every rank holds part of the batch
-        return {f"train/{name}/task_success": won / played for name, won, played in zip(names, *totals.tolist()) if played > 0}
+        return {
+            f"train/{name}/task_success": won / played
+            for name, won, played in zip(names, *totals.tolist())
+            if played > 0
+        }
 
     def _warn_if_reference_is_silently_current(
-        self, ref_logprobs: torch.Tensor | None, logprobs: torch.Tensor, version_gap: torch.Tensor, loss_mask: torch.Tensor
+        self,
+        ref_logprobs: torch.Tensor | None,
+        logprobs: torch.Tensor,
+        version_gap: torch.Tensor,
+        loss_mask: torch.Tensor,
     ) -> None:
         """Peers' users ask for this: old log-probs that are really the current weights (r_s == 1)."""
-        if self._warned_silent_reference or ref_logprobs is None or self.reference.exact or self.reference.may_equal_current:
+        if (
+            self._warned_silent_reference
+            or ref_logprobs is None
+            or self.reference.exact
+            or self.reference.may_equal_current
+        ):
             return
         stale = loss_mask & (version_gap > 0)  # [B, T]
         if stale.any() and torch.equal(ref_logprobs[stale], logprobs.detach()[stale]):
@@ -323,7 +350,9 @@ def freeze_all_but_last_layers(policy: torch.nn.Module, count: int) -> None:
     decoder = policy.get_decoder()
     layers = getattr(decoder, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError(f"model.train_last_layers: {type(policy).__name__} has no decoder `layers` list to choose from")
+        raise ValueError(
+            f"model.train_last_layers: {type(policy).__name__} has no decoder `layers` list to choose from"
+        )
     if not 1 <= count <= len(layers):
         raise ValueError(f"model.train_last_layers must be in 1..{len(layers)} for this model, got {count}")
     policy.requires_grad_(False)
@@ -339,7 +368,9 @@ def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) ->
     if not isinstance(loss, LossStrategy):
         raise TypeError(f"model.loss must be a lit_asyncrl.losses.LossStrategy, got {type(loss).__name__}")
     if not isinstance(reference, ReferenceSource):
-        raise TypeError(f"model.reference must be a lit_asyncrl.reference.ReferenceSource, got {type(reference).__name__}")
+        raise TypeError(
+            f"model.reference must be a lit_asyncrl.reference.ReferenceSource, got {type(reference).__name__}"
+        )
     if loss.reference_use == "required" and isinstance(reference, NoReference):
         raise ValueError(
             f"model.loss={loss.name or type(loss).__name__} needs a reference source (pi_ref) but model.reference is "
@@ -348,7 +379,10 @@ def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) ->
 
 
 def _reference_gap_metrics(
-    ref_logprobs: torch.Tensor | None, behavior_logprobs: torch.Tensor, loss_mask: torch.Tensor, version_gap: torch.Tensor
+    ref_logprobs: torch.Tensor | None,
+    behavior_logprobs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    version_gap: torch.Tensor,
 ) -> dict[str, float]:
     """|log pi_ref - log mu| on scored policy tokens: the train-inference gap the reference sees,
     overall and per version gap (`.../gap_0` ... `.../gap_3`, `.../gap_4plus`).

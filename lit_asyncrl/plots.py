@@ -81,7 +81,14 @@ def plot_training_curves(csv_path: Path, png_path: Path, panels: tuple[str, ...]
         for key, label in lines:
             steps, values = zip(*series[key])
             # Held-out metrics come every few hundred steps: mark the points.
-            axis.plot(steps, values, linewidth=1.2, marker="o" if key.startswith("val/") else None, markersize=3, label=label or None)
+            axis.plot(
+                steps,
+                values,
+                linewidth=1.2,
+                marker="o" if key.startswith("val/") else None,
+                markersize=3,
+                label=label or None,
+            )
         if any(label for _, label in lines):
             axis.legend(fontsize=7)
         axis.set_title(title, fontsize=9)

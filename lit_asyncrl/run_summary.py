@@ -44,7 +44,9 @@ def machine_description() -> str:
     )
 
 
-def write_summary(run_dir: Path, overrides: list[str], wall_s: float, metrics: dict[str, float], fingerprint: str | None = None) -> Path:
+def write_summary(
+    run_dir: Path, overrides: list[str], wall_s: float, metrics: dict[str, float], fingerprint: str | None = None
+) -> Path:
     """Atomically write `summary.json`: the run's overrides, wall time, machine, final metrics and config fingerprint."""
     path = Path(run_dir) / SUMMARY_FILE
     summary = {

@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 
 
-def logits_to_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float, top_k: int = -1) -> torch.Tensor:
+def logits_to_token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float, top_k: int = -1
+) -> torch.Tensor:
     """Log-prob of each token under the distribution that predicted it.
 
     Args:

@@ -124,7 +124,11 @@ def _refuse_ddp_in_multirun(cfg: DictConfig, hydra_cfg) -> None:
     from hydra.types import RunMode
 
     devices, num_nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
-    several = (isinstance(devices, int) and devices > 1) or (not isinstance(devices, (int, str)) and len(devices) > 1) or num_nodes > 1
+    several = (
+        (isinstance(devices, int) and devices > 1)
+        or (not isinstance(devices, (int, str)) and len(devices) > 1)
+        or num_nodes > 1
+    )
     if hydra_cfg.mode == RunMode.MULTIRUN and several:
         raise ValueError(
             f"trainer.devices={devices} (trainer.num_nodes={num_nodes}) starts DDP processes by running the command "

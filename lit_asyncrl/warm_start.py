@@ -59,7 +59,9 @@ class DemonstrationStream(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         rng = random.Random(self.seed)
         while True:
-            yield collate(demonstration_trajectories(self.env, self.episode_formats, self.batch_size, rng), pad_id=self.pad_id)
+            yield collate(
+                demonstration_trajectories(self.env, self.episode_formats, self.batch_size, rng), pad_id=self.pad_id
+            )
 
 
 class SupervisedWarmStart(L.LightningModule):
@@ -100,7 +102,13 @@ class WarmStart:
         self.steps, self.lr, self.batch_size, self.seed = steps, lr, batch_size, seed
 
     def run(
-        self, policy: torch.nn.Module, env: Environment, tokenizer: Any, *, log_dir: str | None = None, **trainer_kwargs: Any
+        self,
+        policy: torch.nn.Module,
+        env: Environment,
+        tokenizer: Any,
+        *,
+        log_dir: str | None = None,
+        **trainer_kwargs: Any,
     ) -> float | None:
         """Fit `policy` on `env`'s demonstrations; returns the last NLL (None when skipped).
 
@@ -120,7 +128,9 @@ class WarmStart:
             callbacks=stream_progress_bar("Warm start", enabled=trainer_kwargs.get("enable_progress_bar", True)),
             **trainer_kwargs,
         )
-        loader = DataLoader(DemonstrationStream(env, tokenizer, self.batch_size, self.seed), batch_size=None, num_workers=0)
+        loader = DataLoader(
+            DemonstrationStream(env, tokenizer, self.batch_size, self.seed), batch_size=None, num_workers=0
+        )
         was_training = policy.training
         trainer.fit(SupervisedWarmStart(policy, self.lr), train_dataloaders=loader)
         policy.train(was_training)

@@ -92,7 +92,11 @@ def _descendants(root: int) -> list[int]:
 
 
 def _engines_on_the_machine() -> list[int]:
-    return [int(path.parent.name) for path in Path("/proc").glob("[0-9]*/cmdline") if ENGINE_PROCESS in _cmdline(int(path.parent.name))]
+    return [
+        int(path.parent.name)
+        for path in Path("/proc").glob("[0-9]*/cmdline")
+        if ENGINE_PROCESS in _cmdline(int(path.parent.name))
+    ]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -217,7 +221,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         time.sleep(0.5)
         left = left_behind(before)
     if left:
-        session.config.get_terminal_writer().line(f"\nthe test session left {len(left)} entries in /tmp or /dev/shm: {left}", red=True)
+        session.config.get_terminal_writer().line(
+            f"\nthe test session left {len(left)} entries in /tmp or /dev/shm: {left}", red=True
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

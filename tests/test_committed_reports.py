@@ -43,4 +43,6 @@ def test_a_committed_report_is_rebuilt_from_its_committed_runs(report, tmp_path,
     assert report_main(arguments) == 0
     rebuilt = (tmp_path / "out" / "report.md").read_text().replace(str(tmp_path / "out"), committed_out)
     assert STAMP.sub("reported -", rebuilt) == STAMP.sub("reported -", committed)
-    assert {path.name for path in (tmp_path / "out").glob("*.png")} <= {path.name for path in report.parent.glob("*.png")}
+    assert {path.name for path in (tmp_path / "out").glob("*.png")} <= {
+        path.name for path in report.parent.glob("*.png")
+    }

@@ -83,7 +83,9 @@ def test_the_weight_route_is_chosen_again_once_the_number_of_training_processes_
     monkeypatch.setattr(vllm_service, "trainer_device_type", lambda: "cuda")
     for requested, alone, under_ddp in (("auto", "ipc", "nccl"), ("gloo", "gloo", "gloo"), ("ipc", "ipc", None)):
         data = RolloutDataModule(
-            rollout=RolloutConfig.from_keys(weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16)
+            rollout=RolloutConfig.from_keys(
+                weight_transfer=requested, groups_per_batch=4, group_size=2, buffer_capacity=16
+            )
         )
         assert data.rollouts.engine_settings.weight_transfer == alone
         data.trainer = SimpleNamespace(world_size=2, global_rank=1)
@@ -119,8 +121,14 @@ def test_hydra_entry_fails_fast_on_a_missing_model_path(tmp_path):
 # by `lit_asyncrl.train.build`, which starts nothing, so every refusal comes before any engine.
 MALFORMED = [
     (["loss=decoupled_ppo", "reference=none"], "model.reference"),  # the README sweep's second job
-    (["rollout.push_changed_elements=true"], "rollout.push_changed_elements=true needs rollout.weight_transfer=staged (got file)"),
-    (["rollout.weight_transfer=staged", "rollout.placement=ray"], "rollout.weight_transfer=staged packs weights for vLLM's CPU kernels"),
+    (
+        ["rollout.push_changed_elements=true"],
+        "rollout.push_changed_elements=true needs rollout.weight_transfer=staged (got file)",
+    ),
+    (
+        ["rollout.weight_transfer=staged", "rollout.placement=ray"],
+        "rollout.weight_transfer=staged packs weights for vLLM's CPU kernels",
+    ),
     (["loss.clip_bounds=[1.2,0.8]"], "clip_bounds"),
     (["loss.clip_bounds=[1.1,1.2]"], "clip_bounds"),  # does not contain 1
     (["loss=decoupled_ppo", "reference=snapshot", "loss.discrepancy_bounds=[0.5,0.9]"], "discrepancy_bounds"),
@@ -135,7 +143,10 @@ MALFORMED = [
         ["experiment=interrupt_sync", "model.lora.rank=8"],
         "reference=interrupt_sync with model.lora.push=adapter needs model.lora.in_flight=move",
     ),
-    (["experiment=dedicated", "model.lora.rank=8"], "reference=dedicated with model.lora.push=adapter needs model.lora.in_flight=move"),
+    (
+        ["experiment=dedicated", "model.lora.rank=8"],
+        "reference=dedicated with model.lora.push=adapter needs model.lora.in_flight=move",
+    ),
     (["model.lora.rank=8", "model.lora.in_flight=stay"], "model.lora.in_flight='stay': choose one of finish, move"),
     (["rollout.max_version_gap=-1"], "rollout.max_version_gap"),
     (["rollout.max_version_gap=1.5"], "rollout.max_version_gap"),
@@ -179,7 +190,10 @@ MALFORMED = [
         ["env=mixture", "+env.tasks.guess_number.max_value=0"],
         "full_key: data.env.tasks.guess_number",
     ),  # a task's own check, named by its path
-    (["env=mixture", "rollout.max_model_len=12"], "first prompt of ServiceDeskEnv"),  # each task's first prompt is checked
+    (
+        ["env=mixture", "rollout.max_model_len=12"],
+        "first prompt of ServiceDeskEnv",
+    ),  # each task's first prompt is checked
     (["loss=no_such_loss"], "loss/no_such_loss"),
     (["reference=no_such_reference"], "reference/no_such_reference"),
     (["env=no_such_env"], "env/no_such_env"),
@@ -201,7 +215,12 @@ def test_malformed_configuration_is_refused_before_anything_starts(overrides, fr
     start = time.monotonic()
     with pytest.raises(Exception) as raised:
         cfg = compose_train(
-            [*overrides, f"hydra.run.dir={tmp_path}", f"trainer.default_root_dir={tmp_path}", f"trainer.logger.save_dir={tmp_path}"]
+            [
+                *overrides,
+                f"hydra.run.dir={tmp_path}",
+                f"trainer.default_root_dir={tmp_path}",
+                f"trainer.logger.save_dir={tmp_path}",
+            ]
         )
         build(cfg)
     message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
@@ -233,7 +252,10 @@ def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built
 @pytest.mark.parametrize(
     ("argument", "fragment"),
     [
-        ("--data.rollout.batch.max_version_gap=-1", "data.rollout.batch.max_version_gap must be an integer >= 0, got -1"),
+        (
+            "--data.rollout.batch.max_version_gap=-1",
+            "data.rollout.batch.max_version_gap must be an integer >= 0, got -1",
+        ),
         ("--data.rollout.engine.kv_cache_fraction=2", "data.rollout.engine.kv_cache_fraction must be in (0, 1], got 2"),
     ],
 )
@@ -247,7 +269,10 @@ def test_the_lightning_cli_names_its_own_paths(argument, fragment, tmp_path):
     config = f"{config_dir()}/cli/default.yaml"
     with pytest.raises(ValueError) as raised:
         AsyncRLCLI(
-            AsyncRLModule, RolloutDataModule, run=False, args=["--config", config, argument, "--trainer.default_root_dir", str(tmp_path)]
+            AsyncRLModule,
+            RolloutDataModule,
+            run=False,
+            args=["--config", config, argument, "--trainer.default_root_dir", str(tmp_path)],
         )
     message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
     assert fragment in message and fragment.removeprefix("data.") not in message.replace(fragment, "")

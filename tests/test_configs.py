@@ -31,13 +31,20 @@ def test_every_registered_loss_has_a_config():
     assert LOSSES == sorted(available_losses())
 
 
-@pytest.mark.parametrize("experiment", [pytest.param(name, marks=grouped_by_imports([f"experiment={name}"])) for name in EXPERIMENTS])
+@pytest.mark.parametrize(
+    "experiment", [pytest.param(name, marks=grouped_by_imports([f"experiment={name}"])) for name in EXPERIMENTS]
+)
 def test_experiment_instantiates(experiment, tmp_path):
     # Built as a run builds it (every value and combination checked); a README command that is only
     # `experiment=<name>` is left to this test (tests/test_readme_commands.py).
     # runtime.output_dir only exists inside @hydra.main; point the logger at tmp_path instead.
     cfg = compose_train(
-        [f"experiment={experiment}", f"trainer.default_root_dir={tmp_path}", f"trainer.logger.save_dir={tmp_path}", "checkpoint_every=7"]
+        [
+            f"experiment={experiment}",
+            f"trainer.default_root_dir={tmp_path}",
+            f"trainer.logger.save_dir={tmp_path}",
+            "checkpoint_every=7",
+        ]
     )
     module, datamodule, _, trainer = build(cfg)
     assert datamodule.rollouts.engine is None  # nothing started
@@ -105,7 +112,9 @@ def test_snapshot_window_follows_the_staleness_cap(tmp_path):
 
 
 def test_snapshot_budget_too_small_for_the_staleness_cap_fails_naming_the_key(tmp_path):
-    cfg = compose_train(["experiment=snapshot", "rollout.max_version_gap=3", "reference.max_resident=2", f"hydra.run.dir={tmp_path}"])
+    cfg = compose_train(
+        ["experiment=snapshot", "rollout.max_version_gap=3", "reference.max_resident=2", f"hydra.run.dir={tmp_path}"]
+    )
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
     with pytest.raises(ValueError, match="max_resident=2"):
@@ -113,7 +122,9 @@ def test_snapshot_budget_too_small_for_the_staleness_cap_fails_naming_the_key(tm
 
 
 def test_snapshot_window_below_the_cap_is_refused(tmp_path):
-    cfg = compose_train(["experiment=snapshot", "rollout.max_version_gap=3", "reference.max_staleness=1", f"hydra.run.dir={tmp_path}"])
+    cfg = compose_train(
+        ["experiment=snapshot", "rollout.max_version_gap=3", "reference.max_staleness=1", f"hydra.run.dir={tmp_path}"]
+    )
     module = instantiate(cfg.module, _convert_="all")
     with pytest.raises(ValueError, match="rollout.max_version_gap=3"):
         module.reference.bind(instantiate(cfg.data, _convert_="all").rollouts)
@@ -146,7 +157,12 @@ def test_findings_sweeps_build_every_job_in_the_paper_setting(sweep, tmp_path):
         ]
         cfg = compose_train([f"+sweep={sweep}", f"experiment={experiment}", *others, f"hydra.run.dir={tmp_path}"])
         # The setting of the findings: bf16 engine, fp32 trainer, gap cap 3, the service desk, fidelity on.
-        assert (cfg.rollout.dtype, cfg.rollout.max_version_gap, cfg.fidelity, cfg.skip_finished) == ("bfloat16", 3, True, True)
+        assert (cfg.rollout.dtype, cfg.rollout.max_version_gap, cfg.fidelity, cfg.skip_finished) == (
+            "bfloat16",
+            3,
+            True,
+            True,
+        )
         assert cfg.env._target_.endswith("ServiceDeskEnv")
         assert cfg.hydra.sweep.dir == f"results/findings/{sweep.removeprefix('findings_')}"
         module = instantiate(cfg.module, _convert_="all")
@@ -219,7 +235,9 @@ def test_every_rollout_setting_has_one_default_in_the_class_and_the_config():
     assert raw.pop("lora") == "${model.lora}"
     assert instantiate(OmegaConf.load(Path(CONFIG_DIR) / "model" / "lora" / "default.yaml")) == LoRASettings()
     parts = [getattr(RolloutConfig(), field.name) for field in dataclasses.fields(RolloutConfig)]
-    defaults = {field.name: field.default for part in parts for field in dataclasses.fields(part) if field.name != "lora"}
+    defaults = {
+        field.name: field.default for part in parts for field in dataclasses.fields(part) if field.name != "lora"
+    }
     assert raw == defaults
     assert RolloutConfig.from_keys(**raw) == RolloutConfig()
 
@@ -267,11 +285,17 @@ def test_ppo_ewma_is_the_papers_method_with_beta_from_the_staleness_window(tmp_p
 
 
 @pytest.mark.parametrize(("sweep", "model"), [("regime_map", None), ("regime_map_smollm2", "smollm2_135m")])
-def test_the_regime_map_sweeps_vary_the_learning_rate_over_two_decades_with_every_proxy_measured(sweep, model, tmp_path):
+def test_the_regime_map_sweeps_vary_the_learning_rate_over_two_decades_with_every_proxy_measured(
+    sweep, model, tmp_path
+):
     cfg = compose_train([f"+sweep={sweep}", f"hydra.run.dir={tmp_path}"])
     rates = [float(value) for value in cfg.hydra.sweeper.params["model.lr"].split(",")]
     assert max(rates) / min(rates) >= 100
-    assert cfg.model.path == model and cfg.rollout.dtype == "bfloat16" and cfg.reference._target_.endswith("SnapshotReference")
+    assert (
+        cfg.model.path == model
+        and cfg.rollout.dtype == "bfloat16"
+        and cfg.reference._target_.endswith("SnapshotReference")
+    )
     module = instantiate(cfg.module, _convert_="all")
     assert module.loss_fn.discrepancy_bounds == (0.99, 1.01)  # the paper's mask, whose half-width the map marks
     assert [proxy.name for proxy in module.fidelity.panel.proxies] == [
@@ -285,30 +309,51 @@ def test_figure_10_in_the_proxies_regime_compares_decays_without_the_reset(tmp_p
     assert betas == ["0.9", "0.75", "null", "0.5"]  # null: the paper's W/(W+2)
     for beta in betas:
         cfg = compose_train(
-            ["+sweep=fig10_regime", f"experiment={params['experiment']}", f"reference.beta={beta}", f"hydra.run.dir={tmp_path}"]
+            [
+                "+sweep=fig10_regime",
+                f"experiment={params['experiment']}",
+                f"reference.beta={beta}",
+                f"hydra.run.dir={tmp_path}",
+            ]
         )
         module = instantiate(cfg.module, _convert_="all")
         assert module.reference.patience is None and module.reference.beta == (None if beta == "null" else float(beta))
-        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
+        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (
+            6e-5,
+            (0.99, 1.01),
+            (0.997, 1.004),
+        )
 
 
 def test_figure_4_in_the_proxies_regime_resets_below_the_masks_usual_level(tmp_path):
     params = compose_train(["+sweep=fig4_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
     # 0.9 and 0.8 times 0.912, the exact route's mean mask at this learning rate (regime map)
     assert [float(tau) for tau in params["reference.tau"].split(",")] == [round(0.9 * 0.912, 2), round(0.8 * 0.912, 2)]
-    cfg = compose_train(["+sweep=fig4_regime", f"experiment={params['experiment']}", "reference.tau=0.82", f"hydra.run.dir={tmp_path}"])
+    cfg = compose_train(
+        ["+sweep=fig4_regime", f"experiment={params['experiment']}", "reference.tau=0.82", f"hydra.run.dir={tmp_path}"]
+    )
     module = instantiate(cfg.module, _convert_="all")
     assert (module.reference.beta, module.reference.tau, module.reference.patience) == (None, 0.82, 3)
-    assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
+    assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (
+        6e-5,
+        (0.99, 1.01),
+        (0.997, 1.004),
+    )
 
 
 def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_and_clip(tmp_path):
     params = compose_train(["+sweep=table2_regime", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
     assert params["seed"] == "0,1,2,3,4"  # at least 5 seeds
     experiments = params["experiment"].split(",")
-    assert {"snapshot", "ppo_ewma", "ppo_ewma_beta075", "linear_prox_train_infer", "decoupled_async"} <= set(experiments)
+    assert {"snapshot", "ppo_ewma", "ppo_ewma_beta075", "linear_prox_train_infer", "decoupled_async"} <= set(
+        experiments
+    )
     for experiment in experiments:
         cfg = compose_train(["+sweep=table2_regime", f"experiment={experiment}", "seed=0", f"hydra.run.dir={tmp_path}"])
         module = instantiate(cfg.module, _convert_="all")
-        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (6e-5, (0.99, 1.01), (0.997, 1.004))
+        assert (module.hparams.lr, module.loss_fn.discrepancy_bounds, module.loss_fn.clip_bounds) == (
+            6e-5,
+            (0.99, 1.01),
+            (0.997, 1.004),
+        )
         assert cfg.rollout.dtype == "bfloat16" and cfg.hydra.sweep.dir == "results/findings/table2_regime"

@@ -26,7 +26,9 @@ def relative_targets(document: Path) -> list[str]:
 
 def test_the_pattern_finds_links_and_images(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("see [the report](a/report.md) and ![curves](a/curves.png#top), [web](https://x.org), [here](#top), `M_[a, b](r_d)`")
+    page.write_text(
+        "see [the report](a/report.md) and ![curves](a/curves.png#top), [web](https://x.org), [here](#top), `M_[a, b](r_d)`"
+    )
     assert relative_targets(page) == ["a/report.md", "a/curves.png"]
 
 

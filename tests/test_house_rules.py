@@ -16,7 +16,15 @@ MAX_MODULES_PER_FOLDER = 12
 MAX_PARAMETERS = 7
 #: Constructors users configure through Hydra or the Lightning CLI: their arguments are config keys,
 #: as Lightning's CLI expects, so they are held to no parameter limit.
-CONFIGURED_CONSTRUCTORS = ("envs/", "losses/", "reference/", "models/", "module.py", "datamodule.py", "trainer_callbacks/")
+CONFIGURED_CONSTRUCTORS = (
+    "envs/",
+    "losses/",
+    "reference/",
+    "models/",
+    "module.py",
+    "datamodule.py",
+    "trainer_callbacks/",
+)
 #: The weight routes' names (`rollout.weight_transfer`): compared only where a route is chosen.
 ROUTE_NAMES = {"file", "staged", "gloo", "nccl", "ipc"}
 ROUTE_CHOICE = "rollout/weights/choice.py"
@@ -49,7 +57,12 @@ def test_every_module_is_at_most_450_lines():
 
 def test_no_folder_of_rollout_or_envs_holds_more_than_12_modules():
     folders = [PACKAGE / "rollout", PACKAGE / "envs"]
-    folders += [folder for root in list(folders) for folder in root.rglob("*") if folder.is_dir() and folder.name != "__pycache__"]
+    folders += [
+        folder
+        for root in list(folders)
+        for folder in root.rglob("*")
+        if folder.is_dir() and folder.name != "__pycache__"
+    ]
     crowded = {folder.relative_to(PACKAGE).as_posix(): len(list(folder.glob("*.py"))) for folder in folders}
     assert {folder: count for folder, count in crowded.items() if count > MAX_MODULES_PER_FOLDER} == {}
     assert (PACKAGE / "rollout" / "__init__.py").exists()
@@ -97,7 +110,11 @@ def packed_assignments(path: Path) -> list[int]:
     tuple (`a, b = f()`) is no packing."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Tuple)
+            and isinstance(node.value, ast.Tuple)
+        ):
             targets = sorted(ast.unparse(element) for element in node.targets[0].elts)
             if targets != sorted(ast.unparse(element) for element in node.value.elts):
                 found.append(node.lineno)
@@ -123,8 +140,16 @@ def route_name_comparisons(path: Path) -> list[str]:
             operands = [node.left, *node.comparators]
             for operand in operands:
                 elements = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
-                found += [element.value for element in elements if isinstance(element, ast.Constant) and element.value in ROUTE_NAMES]
-        elif isinstance(node, ast.MatchValue) and isinstance(node.value, ast.Constant) and node.value.value in ROUTE_NAMES:
+                found += [
+                    element.value
+                    for element in elements
+                    if isinstance(element, ast.Constant) and element.value in ROUTE_NAMES
+                ]
+        elif (
+            isinstance(node, ast.MatchValue)
+            and isinstance(node.value, ast.Constant)
+            and node.value.value in ROUTE_NAMES
+        ):
             found.append(node.value.value)
     return found
 
@@ -171,13 +196,18 @@ def foreign_private_attributes(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
             continue
-        if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) and node.attr not in PUBLIC_UNDERSCORED:
+        if (
+            not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+            and node.attr not in PUBLIC_UNDERSCORED
+        ):
             found.add(node.attr)
     return found
 
 
 def test_no_room_reads_or_writes_another_objects_private_attributes():
-    offenders = {(name, attribute) for name, path in modules().items() for attribute in foreign_private_attributes(path)}
+    offenders = {
+        (name, attribute) for name, path in modules().items() for attribute in foreign_private_attributes(path)
+    }
     assert offenders == THIRD_PARTY_WORKAROUNDS
 
 
@@ -220,7 +250,9 @@ def test_only_the_rollout_package_knows_the_concrete_service_and_its_buffer():
 
 def test_the_glue_check_sees_private_callbacks(tmp_path):
     source = tmp_path / "module.py"
-    source.write_text("class _Bind(L.Callback):\n    pass\n\nclass Public(L.Callback):\n    pass\n\nclass _Helper:\n    pass\n")
+    source.write_text(
+        "class _Bind(L.Callback):\n    pass\n\nclass Public(L.Callback):\n    pass\n\nclass _Helper:\n    pass\n"
+    )
     assert private_callback_classes(source) == ["_Bind"]
 
 
@@ -247,7 +279,9 @@ def imported_test_modules(path: Path, test_module_names: set[str]) -> set[str]:
             continue
         for name in dotted:
             parts = name.split(".")
-            under_tests = parts[0] == "tests" and len(parts) > 1 and (parts[-1].startswith("test_") or parts[-1] == "conftest")
+            under_tests = (
+                parts[0] == "tests" and len(parts) > 1 and (parts[-1].startswith("test_") or parts[-1] == "conftest")
+            )
             top_level = len(parts) == 1 and (name in test_module_names or name == "conftest")
             if under_tests or top_level:
                 found.add(name)
@@ -258,7 +292,11 @@ def test_no_test_module_imports_another_test_module_or_a_conftest():
     """What two test modules share (fakes, the scripted engine, config helpers...) lives in tests/support/."""
     modules = suite_modules()
     names = {path.stem for path in modules if path.name != "conftest.py"}
-    offenders = {path.relative_to(TESTS).as_posix(): sorted(found) for path in modules if (found := imported_test_modules(path, names))}
+    offenders = {
+        path.relative_to(TESTS).as_posix(): sorted(found)
+        for path in modules
+        if (found := imported_test_modules(path, names))
+    }
     assert offenders == {}, "move what they share to tests/support/"
 
 

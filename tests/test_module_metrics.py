@@ -51,7 +51,9 @@ def test_only_the_last_layers_and_the_final_norm_train():
     freeze_all_but_last_layers(model, 2)
     trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
     assert trainable == {
-        name for name, _ in model.named_parameters() if name.startswith(("model.layers.1.", "model.layers.2.", "model.norm."))
+        name
+        for name, _ in model.named_parameters()
+        if name.startswith(("model.layers.1.", "model.layers.2.", "model.norm."))
     }
     assert not model.model.embed_tokens.weight.requires_grad  # the tied head with it
     # Frozen layers get no gradient from a backward pass.

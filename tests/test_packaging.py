@@ -40,7 +40,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             shutil.copy2(path, src / name)
     out = tmp_path_factory.mktemp("wheelhouse")
-    done = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), "."], cwd=src)
+    done = _run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), "."], cwd=src
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (built,) = out.glob("lit_asyncrl-*.whl")
     return built
@@ -49,7 +51,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def site(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("site")
-    done = _run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], cwd=target)
+    done = _run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], cwd=target
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return target
 
@@ -62,8 +66,14 @@ def _env(site: Path) -> dict[str, str]:
 
 def test_wheel_carries_every_config_and_module(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    configs = {f"lit_asyncrl_conf/{path.relative_to(ROOT / 'conf').as_posix()}" for path in (ROOT / "conf").rglob("*.yaml")}
-    modules = {path.relative_to(ROOT).as_posix() for path in (ROOT / "lit_asyncrl").rglob("*.py") if "__pycache__" not in path.parts}
+    configs = {
+        f"lit_asyncrl_conf/{path.relative_to(ROOT / 'conf').as_posix()}" for path in (ROOT / "conf").rglob("*.yaml")
+    }
+    modules = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "lit_asyncrl").rglob("*.py")
+        if "__pycache__" not in path.parts
+    }
     assert "lit_asyncrl_conf/train.yaml" in names
     assert configs - names == set(), "configs missing from the wheel"
     assert modules - names == set(), "modules missing from the wheel (is the subpackage found by setup.py?)"

@@ -39,7 +39,11 @@ def readme_commands() -> list[list[str]]:
         found = re.search(r"-m lit_asyncrl\.train\b(.*)", line) or re.search(r'make train ARGS="([^"]*)"', line)
         if found is None:
             continue
-        arguments = [token for token in shlex.split(found.group(1), comments=True) if token != "-m" and not token.startswith("hydra")]
+        arguments = [
+            token
+            for token in shlex.split(found.group(1), comments=True)
+            if token != "-m" and not token.startswith("hydra")
+        ]
         if "trainer.accelerator=gpu" in arguments and not torch.cuda.is_available():
             continue
         if any("<" in token or "=" not in token for token in arguments):
@@ -56,7 +60,9 @@ def _sweep_values(values: str) -> list[str]:
 
 
 #: A command that is only `experiment=<name>` is built by tests/test_configs.py's test of every experiment.
-COMMANDS = [command for command in readme_commands() if not (len(command) == 1 and command[0].startswith("experiment="))]
+COMMANDS = [
+    command for command in readme_commands() if not (len(command) == 1 and command[0].startswith("experiment="))
+]
 
 
 def test_the_readme_has_its_commands():
@@ -65,7 +71,11 @@ def test_the_readme_has_its_commands():
 
 
 @pytest.mark.parametrize(
-    "overrides", [pytest.param(command, id=" ".join(command) or "(default)", marks=grouped_by_imports(command)) for command in COMMANDS]
+    "overrides",
+    [
+        pytest.param(command, id=" ".join(command) or "(default)", marks=grouped_by_imports(command))
+        for command in COMMANDS
+    ],
 )
 def test_every_readme_command_builds_its_run(overrides, tmp_path):
     overrides = [_substitute(token) for token in overrides]

@@ -51,7 +51,13 @@ def test_hydra_builds_a_run_on_the_example_task_from_a_config_dir_of_ones_own(us
     run_dir = tmp_path / "run"
     searchpath = f"hydra.searchpath=[file://{user_dir / 'my_conf'}]"  # what --config-dir my_conf adds
     cfg = compose_train(
-        ["env=parrot", searchpath, f"hydra.run.dir={run_dir}", f"trainer.default_root_dir={run_dir}", f"trainer.logger.save_dir={run_dir}"]
+        [
+            "env=parrot",
+            searchpath,
+            f"hydra.run.dir={run_dir}",
+            f"trainer.default_root_dir={run_dir}",
+            f"trainer.logger.save_dir={run_dir}",
+        ]
     )
     _, datamodule, _, _ = build(cfg)
     assert type(datamodule.env).__name__ == "Parrot" and type(datamodule.env).__module__ == "my_tasks"

@@ -61,7 +61,10 @@ def test_the_crossing_is_interpolated_in_log_log_between_the_runs_around_it(tmp_
     assert crossing(points, "async_recompute", 0.005) == "above at every ratio measured (1 to 1e+02)"
     assert crossing(points, "ewma", 2.0) == "below at every ratio measured (1 to 1e+02)"
     # a dip: 0.001 at ratio 1, 0.1 at 10, then 0.001 again at 100 (runs at another rate)
-    dip = [*points[:2], map_point(load_run(make_run(tmp_path / "dip", 1e-4, drift=0.2, discrepancy=0.002, ewma=0.001)), skip=3)]
+    dip = [
+        *points[:2],
+        map_point(load_run(make_run(tmp_path / "dip", 1e-4, drift=0.2, discrepancy=0.002, ewma=0.001)), skip=3),
+    ]
     assert crossing(dip, "ewma", 0.01) == "rises through at 3.2, falls back below at 32"
 
 
@@ -81,7 +84,10 @@ def test_the_report_table_and_figure_are_written(tmp_path):
         make_run(tmp_path / "sweep", lr, drift=ratio * 0.002, discrepancy=0.002, ewma=0.001 * ratio)
     assert main([str(tmp_path / "sweep"), "--out", str(tmp_path / "out"), "--mask-high", "1.01"]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "| model.lr=1e-05 | 1e-05 | 0 | 2.00e-02 | 2.00e-03 | 10 | 0.0e+00 | 6.00e-02 (0.500) | 1.00e-02 (0.250) |" in report
+    assert (
+        "| model.lr=1e-05 | 1e-05 | 0 | 2.00e-02 | 2.00e-03 | 10 | 0.0e+00 | 6.00e-02 (0.500) | 1.00e-02 (0.250) |"
+        in report
+    )
     assert (tmp_path / "out" / "regime_map.png").stat().st_size > 10_000
     rows = list(csv.DictReader((tmp_path / "out" / "regime_map.csv").read_text().splitlines()))
     assert [float(row["ratio"]) for row in rows] == pytest.approx([1.0, 10.0])

@@ -46,9 +46,14 @@ def sweep(tmp_path) -> Path:
         (0, [0.1, 0.3], [0.95, 0.9], 1.0, 0.5, 0.9, 60.0),
         (1, [0.2, 0.4], [0.8, 0.85], 3.0, 0.7, 1.0, 180.0),
     ):
-        held_out = [{"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8}, {"step": 1, "val/avg@4": end_avg, "val/pass@4": end_pass}]
+        held_out = [
+            {"step": 0, "val/avg@4": 0.4, "val/pass@4": 0.8},
+            {"step": 1, "val/avg@4": end_avg, "val/pass@4": end_pass},
+        ]
         rows = [*training_rows(success, mask, 0.0, step_s), *held_out]
-        write_run(root / f"experiment=snapshot,seed={seed}", ["experiment=snapshot", f"seed={seed}"], rows, wall_s=wall_s)
+        write_run(
+            root / f"experiment=snapshot,seed={seed}", ["experiment=snapshot", f"seed={seed}"], rows, wall_s=wall_s
+        )
     # EWMA, one seed that did not finish
     write_run(
         root / "experiment=ppo_ewma,reference.beta=0.9,seed=0",
@@ -83,7 +88,9 @@ def test_seed_band_is_mean_min_max_at_common_steps(sweep):
     runs = group_by_label([load_run(path) for path in sorted(sweep.iterdir())])["snapshot"]
     steps, mean, low, high = seed_band(runs, "train/task_success")
     assert steps == [0, 1]
-    assert mean == pytest.approx([0.15, 0.35]) and low == pytest.approx([0.1, 0.3]) and high == pytest.approx([0.2, 0.4])
+    assert (
+        mean == pytest.approx([0.15, 0.35]) and low == pytest.approx([0.1, 0.3]) and high == pytest.approx([0.2, 0.4])
+    )
     assert smooth([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0]
 
 
@@ -118,7 +125,9 @@ def test_report_command_writes_the_table_and_figures(sweep, tmp_path):
 def test_a_sweep_directory_stands_for_its_runs_and_the_commands_are_stated(sweep, tmp_path):
     out = tmp_path / "report"
     with pytest.raises(SystemExit):
-        cli_main(["report", str(sweep), "--out", str(out), "--runs-command", "python -m lit_asyncrl.train -m +sweep=table2"])
+        cli_main(
+            ["report", str(sweep), "--out", str(out), "--runs-command", "python -m lit_asyncrl.train -m +sweep=table2"]
+        )
     text = (out / "report.md").read_text()
     assert "3 runs in 2 configurations" in text
     # the finished runs took 60 s and 180 s
@@ -159,7 +168,9 @@ def test_a_seed_cut_short_leaves_its_later_steps_to_the_others_and_the_table_to_
     # step 0: both seeds; step 1: seed 1's NaN says nothing; step 2: seed 0 alone
     assert steps == [0, 1, 2] and mean == pytest.approx([0.1, 0.4, 0.6]) and low == pytest.approx([0.0, 0.4, 0.6])
     table = results_table({"default": runs})
-    row = dict(zip(*[line.strip("| ").split(" | ") for line in table.splitlines() if not line.startswith("|---")], strict=True))
+    row = dict(
+        zip(*[line.strip("| ").split(" | ") for line in table.splitlines() if not line.startswith("|---")], strict=True)
+    )
     assert row["seeds (finished)"] == "2 (1)"
     assert row["lowest train-infer mask"] == "0.700"  # the finished seed's, not the killed one's 0.5
 
@@ -172,7 +183,11 @@ def test_summary_round_trip_and_finished_flag(tmp_path):
     assert is_finished(tmp_path, "abc") and not is_finished(tmp_path, "edited-config")
     summary = read_summary(tmp_path)
     assert is_finished(tmp_path) and summary["wall_s"] == 12.5 and summary["overrides"] == ["seed=1"]
-    assert summary["final_metrics"] == {"val/avg@4": 0.25} and "CPUs" in summary["machine"] and summary["config_fingerprint"] == "abc"
+    assert (
+        summary["final_metrics"] == {"val/avg@4": 0.25}
+        and "CPUs" in summary["machine"]
+        and summary["config_fingerprint"] == "abc"
+    )
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
 
 
@@ -206,7 +221,14 @@ def test_runs_on_a_mixture_get_a_table_per_task(tmp_path):
 
     for seed, desk_end, guess_end in ((0, 0.5, 1.0), (1, 0.7, 0.5)):
         held_out = [
-            {"step": 0, "val/avg@4": 0.4, "val/desk/avg@4": 0.3, "val/desk/pass@4": 0.6, "val/guess/avg@4": 0.5, "val/guess/pass@4": 1.0},
+            {
+                "step": 0,
+                "val/avg@4": 0.4,
+                "val/desk/avg@4": 0.3,
+                "val/desk/pass@4": 0.6,
+                "val/guess/avg@4": 0.5,
+                "val/guess/pass@4": 1.0,
+            },
             {
                 "step": 5,
                 "val/avg@4": 0.6,
@@ -216,15 +238,25 @@ def test_runs_on_a_mixture_get_a_table_per_task(tmp_path):
                 "val/guess/pass@4": 1.0,
             },
         ]
-        write_run(tmp_path / f"seed={seed}", ["experiment=task_mix", f"seed={seed}"], [*training_rows([0.1], [1.0], 0.0, 1.0), *held_out])
+        write_run(
+            tmp_path / f"seed={seed}",
+            ["experiment=task_mix", f"seed={seed}"],
+            [*training_rows([0.1], [1.0], 0.0, 1.0), *held_out],
+        )
     groups = group_by_label([load_run(path) for path in sorted(tmp_path.iterdir())])
     table = per_task_table(groups).splitlines()
-    assert table[0] == "| configuration | desk avg@4 start -> end | desk pass@4 end | guess avg@4 start -> end | guess pass@4 end |"
+    assert (
+        table[0]
+        == "| configuration | desk avg@4 start -> end | desk pass@4 end | guess avg@4 start -> end | guess pass@4 end |"
+    )
     # desk: 0.3 at the start in both seeds, 0.5 and 0.7 at the end: 0.6 ± 0.141; guess ends at 1.0 and 0.5: 0.75 ± 0.354
     assert table[2] == "| task_mix | 0.300 -> 0.600 ± 0.141 | 0.900 | 0.500 -> 0.750 ± 0.354 | 1.000 |"
     # A run on one task has no such table.
     assert (
-        per_task_table({"snapshot": [load_run(write_run(tmp_path / "single", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}) is None
+        per_task_table(
+            {"snapshot": [load_run(write_run(tmp_path / "single", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}
+        )
+        is None
     )
 
 
@@ -233,11 +265,21 @@ def test_runs_on_a_tool_task_get_a_table_of_calls_and_failed_calls(tmp_path):
 
     reasons = ("invalid_arguments", "timeout", "tool_error", "unknown_tool", "unparsable")
     # seed 0: 8 calls of known tools + 2 unparsable turns = 10 calls; seed 1: 4 + 0 = 4 calls
-    for seed, per_episode, (look, reply), errors in ((0, 2.0, (6, 2), (1, 0, 1, 0, 2)), (1, 3.0, (3, 1), (2, 0, 0, 0, 0))):
-        end = {"step": 3, "rollout/tool_calls_per_episode": per_episode, "rollout/tool_calls/look": look, "rollout/tool_calls/reply": reply}
+    for seed, per_episode, (look, reply), errors in (
+        (0, 2.0, (6, 2), (1, 0, 1, 0, 2)),
+        (1, 3.0, (3, 1), (2, 0, 0, 0, 0)),
+    ):
+        end = {
+            "step": 3,
+            "rollout/tool_calls_per_episode": per_episode,
+            "rollout/tool_calls/look": look,
+            "rollout/tool_calls/reply": reply,
+        }
         end.update({f"rollout/tool_call_errors/{reason}": count for reason, count in zip(reasons, errors)})
         write_run(
-            tmp_path / f"seed={seed}", ["experiment=service_desk_tools", f"seed={seed}"], [*training_rows([0.1], [1.0], 0.0, 1.0), end]
+            tmp_path / f"seed={seed}",
+            ["experiment=service_desk_tools", f"seed={seed}"],
+            [*training_rows([0.1], [1.0], 0.0, 1.0), end],
         )
     table = tool_calls_table(group_by_label([load_run(path) for path in sorted(tmp_path.iterdir())])).splitlines()
     assert table[0] == (
@@ -245,9 +287,15 @@ def test_runs_on_a_tool_task_get_a_table_of_calls_and_failed_calls(tmp_path):
         "| unknown_tool per call | unparsable per call |"
     )
     # invalid_arguments: 1/10 and 2/4 -> 0.3 ± 0.283; tool_error: 0.1 and 0 -> 0.05 ± 0.071; unparsable: 0.2 and 0 -> 0.1 ± 0.141
-    assert table[2] == "| service_desk_tools | 2.50 ± 0.71 | 0.300 ± 0.283 | 0.000 | 0.050 ± 0.071 | 0.000 | 0.100 ± 0.141 |"
     assert (
-        tool_calls_table({"snapshot": [load_run(write_run(tmp_path / "plain", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}) is None
+        table[2]
+        == "| service_desk_tools | 2.50 ± 0.71 | 0.300 ± 0.283 | 0.000 | 0.050 ± 0.071 | 0.000 | 0.100 ± 0.141 |"
+    )
+    assert (
+        tool_calls_table(
+            {"snapshot": [load_run(write_run(tmp_path / "plain", ["seed=0"], training_rows([0.1], [1.0], 0.0, 1.0)))]}
+        )
+        is None
     )
 
 
@@ -268,6 +316,8 @@ def test_kept_runs_give_the_same_table_and_hold_only_what_the_report_reads(sweep
     assert table(tmp_path / "kept") == table(tmp_path / "direct")
     kept = tmp_path / "runs"
     assert (kept / "experiment=snapshot,seed=0" / "summary.json").is_file()
-    assert (kept / "experiment=ppo_ewma,reference.beta=0.9,seed=0" / ".hydra" / "overrides.yaml").is_file()  # unfinished
+    assert (
+        kept / "experiment=ppo_ewma,reference.beta=0.9,seed=0" / ".hydra" / "overrides.yaml"
+    ).is_file()  # unfinished
     header = (kept / "experiment=snapshot,seed=0" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "rollout/queue_depth" not in header and {"step", "train/task_success", "val/avg@4"} <= set(header)

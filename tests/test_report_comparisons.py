@@ -17,7 +17,10 @@ from tests.support.report_runs import table_rows, write_run
 def held_out_runs(root: Path, experiment: str, scores: list[tuple[float, float]]) -> None:
     """One finished run per seed, held-out avg@4 at start and end as given."""
     for seed, (start, end) in enumerate(scores):
-        rows = [{"step": 0, "val/avg@4": start, "train/task_success": 0.0}, {"step": 5, "val/avg@4": end, "train/task_success": 0.1}]
+        rows = [
+            {"step": 0, "val/avg@4": start, "train/task_success": 0.0},
+            {"step": 5, "val/avg@4": end, "train/task_success": 0.1},
+        ]
         write_run(root / f"experiment={experiment},seed={seed}", [f"experiment={experiment}", f"seed={seed}"], rows)
 
 
@@ -45,7 +48,10 @@ def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
     held_out_runs(sweep, "linear_prox", [(0.40, 0.40), (0.42, 0.41), (0.38, 0.42)])
     held_out_runs(sweep, "ppo_ewma", [(0.40, 0.5), (0.40, 0.7)])
     out = tmp_path / "report"
-    assert report_main([str(sweep), "--out", str(out), "--baseline", "snapshot", "--compare", "ppo_ewma", "linear_prox"]) == 0
+    assert (
+        report_main([str(sweep), "--out", str(out), "--baseline", "snapshot", "--compare", "ppo_ewma", "linear_prox"])
+        == 0
+    )
     report = (out / "report.md").read_text()
     header, *rows = table_rows(report, "Held out, per seed")
     assert header == [
@@ -76,7 +82,10 @@ def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
     ("arguments", "message"),
     [
         (["--baseline", "snapshots"], "no configuration 'snapshots'; the runs hold: 'ppo_ewma', 'snapshot'"),
-        (["--compare", "snapshot", "ppo_ewma"], "'ppo_ewma' has 1 run(s) with held-out scores; a test needs two or more"),
+        (
+            ["--compare", "snapshot", "ppo_ewma"],
+            "'ppo_ewma' has 1 run(s) with held-out scores; a test needs two or more",
+        ),
     ],
 )
 def test_a_comparison_the_runs_cannot_make_is_refused_before_any_figure(tmp_path, arguments, message):

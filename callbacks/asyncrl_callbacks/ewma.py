@@ -292,7 +292,9 @@ class EWMAReference(Callback):
         self._step_before_batch = trainer.global_step
 
     @override
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         """After an optimizer step: folds the new weights into the average, then counts the streak and resets.
 
         Batches without an optimizer step (gradient accumulation) change nothing. Lightning has no hook after
@@ -335,7 +337,9 @@ class EWMAReference(Callback):
         """Restores the average; a checkpoint without one starts it at the loaded weights, with a warning."""
         state = checkpoint.get(_CHECKPOINT_KEY, {}).get(self.state_key)
         if state is None:
-            rank_zero_warn(f"The checkpoint has no EWMA average for {self.state_key}; the average starts at the loaded weights.")
+            rank_zero_warn(
+                f"The checkpoint has no EWMA average for {self.state_key}; the average starts at the loaded weights."
+            )
         self._loaded = state or {}
         if self._target is not None:  # strategies that restore after `on_fit_start` (e.g. FSDP)
             self._restore_average()
@@ -416,7 +420,11 @@ class EWMAReference(Callback):
         `batch_size=1`: these are per-step scalars, and modules whose `training_step` pulls its
         own batch (`dataloader_iter`) require an explicit batch size.
         """
-        values = {"ewma_resets": float(self.num_resets), "low_mask_streak": float(streak), "ewma_beta": float(self.beta)}
+        values = {
+            "ewma_resets": float(self.num_resets),
+            "low_mask_streak": float(streak),
+            "ewma_beta": float(self.beta),
+        }
         pl_module.log_dict({f"{self.log_prefix}{key}": value for key, value in values.items()}, batch_size=1)
 
     def _warn_once(self, key: str, message: str) -> None:

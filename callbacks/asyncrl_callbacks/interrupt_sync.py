@@ -58,7 +58,10 @@ class InterruptSync(Callback):
     """
 
     def __init__(
-        self, rollouts: InterruptibleRollouts | None = None, module_attr: str | None = None, log_prefix: str = "interrupt_sync/"
+        self,
+        rollouts: InterruptibleRollouts | None = None,
+        module_attr: str | None = None,
+        log_prefix: str = "interrupt_sync/",
     ) -> None:
         self.rollouts = rollouts
         self.module_attr = module_attr
@@ -77,7 +80,9 @@ class InterruptSync(Callback):
 
     @override
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
-        module = pl_module if self.module_attr is None else functools.reduce(getattr, self.module_attr.split("."), pl_module)
+        module = (
+            pl_module if self.module_attr is None else functools.reduce(getattr, self.module_attr.split("."), pl_module)
+        )
         device = next(module.parameters()).device
 
         def score_fn(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -97,7 +102,9 @@ class InterruptSync(Callback):
         self.total_stall_s += self.last_stall_s
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self.rollouts.resume()
         pl_module.log(f"{self.log_prefix}stall_s", self.last_stall_s, batch_size=1)
         pl_module.log(f"{self.log_prefix}scored_tokens", float(self.last_scored_tokens), batch_size=1)

@@ -159,12 +159,16 @@ class SnapshotRetention(Callback):
         self.save_version(trainer.global_step)
 
     @override
-    def on_train_batch_start(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", batch: Any, batch_idx: int
+    ) -> None:
         """Start this batch's stage metrics from zero."""
         self.metrics.update(dict.fromkeys(STAGE_METRICS, 0.0))
 
     @override
-    def on_train_batch_end(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         """Save the version the optimizer step just made, then log the metrics."""
         # With gradient accumulation (or a skipped step) global_step has not moved: nothing new.
         if trainer.global_step != self.latest_version:
@@ -189,14 +193,20 @@ class SnapshotRetention(Callback):
         self.latest_version = state_dict.get("latest_version")
 
     @override
-    def on_save_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]
+    ) -> None:
         """Write the snapshots when ``checkpoint_snapshots`` is set (those it names, when a callable)."""
         if self.checkpoint_snapshots:
-            wanted = set(self.checkpoint_snapshots()) if callable(self.checkpoint_snapshots) else set(self.store.versions)
+            wanted = (
+                set(self.checkpoint_snapshots()) if callable(self.checkpoint_snapshots) else set(self.store.versions)
+            )
             checkpoint[self._checkpoint_key] = {v: self.store.get(v) for v in self.store.versions if v in wanted}
 
     @override
-    def on_load_checkpoint(self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: "pl.Trainer", pl_module: "pl.LightningModule", checkpoint: dict[str, Any]
+    ) -> None:
         """Read the snapshots back; a checkpoint without them leaves only the resumed version."""
         snapshots = checkpoint.get(self._checkpoint_key)
         if snapshots is None:
@@ -294,7 +304,9 @@ class SnapshotRetention(Callback):
 
     # ------------------------------------------------------------------------------- internals
 
-    def _shard_logprobs(self, shard: VersionShard, module: nn.Module, score_fn: ScoreFn, current_logprobs: Tensor | None) -> Tensor:
+    def _shard_logprobs(
+        self, shard: VersionShard, module: nn.Module, score_fn: ScoreFn, current_logprobs: Tensor | None
+    ) -> Tensor:
         if current_logprobs is not None and shard.version == self.latest_version:
             return current_logprobs.detach()[shard.rows.to(current_logprobs.device)]
         params = self._materialise(shard.version, module)
@@ -306,7 +318,9 @@ class SnapshotRetention(Callback):
         self.num_historical_forwards += 1
         expected = tuple(shard.token_mask.shape)
         if tuple(values.shape) != expected:
-            raise ValueError(f"score_fn returned shape {tuple(values.shape)} for version {shard.version}, expected {expected}")
+            raise ValueError(
+                f"score_fn returned shape {tuple(values.shape)} for version {shard.version}, expected {expected}"
+            )
         return values
 
     def _materialise(self, version: int, module: nn.Module) -> dict[str, Tensor]:
@@ -374,7 +388,9 @@ def _check_same_names(version: int, host: dict[str, Tensor], live: dict[str, Ten
     # functional_call would otherwise fall back to a live tensor for a name the snapshot lacks.
     if host.keys() != live.keys():
         missing, extra = sorted(live.keys() - host.keys()), sorted(host.keys() - live.keys())
-        raise ValueError(f"snapshot of version {version} does not match the module: missing {missing}, unexpected {extra}")
+        raise ValueError(
+            f"snapshot of version {version} does not match the module: missing {missing}, unexpected {extra}"
+        )
 
 
 def _synchronize(*devices: torch.device) -> None:

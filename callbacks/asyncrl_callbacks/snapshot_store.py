@@ -142,7 +142,10 @@ class SnapshotStore:
     def snapshot_nbytes(self, module: nn.Module) -> int:
         """Bytes one snapshot of ``module`` takes on the host with this store's storage dtype."""
         params = dict(module.named_parameters())
-        return sum(t.numel() * self._host_dtype(t, name in params).itemsize for name, t in kept_tensors(module, self.keep).items())
+        return sum(
+            t.numel() * self._host_dtype(t, name in params).itemsize
+            for name, t in kept_tensors(module, self.keep).items()
+        )
 
     def shared_tensors(self, version: int, module: nn.Module) -> dict[str, Tensor]:
         """The live tensors that ``version``'s snapshot does not hold (its frozen parameters).
@@ -154,7 +157,9 @@ class SnapshotStore:
         shared = self._frozen_tensors(module)
         saved = self._shared.get(version)
         if saved is not None:
-            changed = sorted(name for name, identity in _identity(shared).items() if identity is None or saved.get(name) != identity)
+            changed = sorted(
+                name for name, identity in _identity(shared).items() if identity is None or saved.get(name) != identity
+            )
             if changed or saved.keys() != shared.keys():
                 raise ValueError(
                     f"frozen parameters changed since the snapshot of version {version} was saved ({', '.join(changed) or 'which ones are frozen'}): "
@@ -270,7 +275,9 @@ def _nbytes(tensors: Mapping[str, Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
-def _check_budget_arguments(max_staleness: int, max_resident: int | None, max_bytes: int | None, storage_dtype: torch.dtype | None) -> None:
+def _check_budget_arguments(
+    max_staleness: int, max_resident: int | None, max_bytes: int | None, storage_dtype: torch.dtype | None
+) -> None:
     if not isinstance(max_staleness, int) or max_staleness < 0:
         raise ValueError(f"max_staleness must be an integer >= 0, got {max_staleness!r}")
     if max_resident is not None and max_resident < max_staleness + 1:

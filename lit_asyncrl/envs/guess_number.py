@@ -66,7 +66,9 @@ class GuessNumberEnv(Environment):
             raise ValueError(f"env.max_turns must be >= 1, got {max_turns}")
         self.held_out = frozenset(int(secret) for secret in held_out)
         if not self.held_out <= set(range(1, max_value + 1)) or len(self.held_out) >= max_value:
-            raise ValueError(f"env.held_out={sorted(self.held_out)} must be some, not all, of the secrets 1..{max_value}")
+            raise ValueError(
+                f"env.held_out={sorted(self.held_out)} must be some, not all, of the secrets 1..{max_value}"
+            )
         self.max_value = max_value
         self.max_turns = max_turns
         self.malformed_reward = malformed_reward

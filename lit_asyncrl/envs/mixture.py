@@ -46,7 +46,9 @@ class TaskMix(Environment):
             raise ValueError(f"env.tasks must name at least one task (a mapping of name to environment), got {tasks!r}")
         for name, task in tasks.items():
             if not isinstance(name, str) or not _TASK_NAME.fullmatch(name):
-                raise ValueError(f"env.tasks: the task name {name!r} must be lower-case letters, digits and '_' (it names metrics)")
+                raise ValueError(
+                    f"env.tasks: the task name {name!r} must be lower-case letters, digits and '_' (it names metrics)"
+                )
             if not isinstance(task, Environment):
                 raise ValueError(f"env.tasks.{name} must be an Environment, got {type(task).__name__}")
             if isinstance(task, TaskMix):
@@ -55,7 +57,11 @@ class TaskMix(Environment):
         for name, weight in weights.items():
             if name not in tasks:
                 raise ValueError(f"env.weights.{name}: no such task (tasks: {', '.join(tasks)})")
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (math.isfinite(weight) and weight > 0):
+            if (
+                isinstance(weight, bool)
+                or not isinstance(weight, (int, float))
+                or not (math.isfinite(weight) and weight > 0)
+            ):
                 raise ValueError(f"env.weights.{name} must be a number > 0, got {weight!r}")
         self._tasks = dict(tasks)
         self._names = list(self._tasks)

@@ -32,7 +32,9 @@ class FrozenEngine(Protocol):
     def loop(self) -> asyncio.AbstractEventLoop:
         """The loop `generate` runs on."""
 
-    async def generate(self, prompt_ids: Sequence[int], *, max_tokens: int, temperature: float, stop_token_ids: Sequence[int] = ()) -> Any:
+    async def generate(
+        self, prompt_ids: Sequence[int], *, max_tokens: int, temperature: float, stop_token_ids: Sequence[int] = ()
+    ) -> Any:
         """One turn; the result has `token_ids`."""
 
     def shutdown(self) -> None:

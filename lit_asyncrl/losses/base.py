@@ -73,7 +73,9 @@ class LossStrategy(ABC):
         loss = -aggregate(kept_objective, valid, self.aggregation, self.normalizer)
         has_mask = terms.discrepancy_mask is not None
         metrics = step_metrics(prepared, discrepancy_mask if has_mask else None, clip_mask)
-        return LossOutput(loss=loss, discrepancy_mask=discrepancy_mask, clip_mask=clip_mask, metrics=metrics, valid=valid)
+        return LossOutput(
+            loss=loss, discrepancy_mask=discrepancy_mask, clip_mask=clip_mask, metrics=metrics, valid=valid
+        )
 
     def proxy_logprobs(self, inputs: LossInputs) -> Tensor:
         """What this strategy puts where the exact ``log pi_old`` belongs ``[B, T]``, detached.

@@ -7,7 +7,9 @@ from torch import Tensor
 from lit_asyncrl.losses.ratios import in_bounds, ratio
 
 
-def masked_discrepancy_weight(log_reference: Tensor, behavior_logprobs: Tensor, bounds: tuple[float, float]) -> tuple[Tensor, Tensor]:
+def masked_discrepancy_weight(
+    log_reference: Tensor, behavior_logprobs: Tensor, bounds: tuple[float, float]
+) -> tuple[Tensor, Tensor]:
     """``r_d = pi_ref / mu_old`` as a stop-gradient weight, and its mask ``M_[low, high](r_d)`` (Table 1).
 
     Args:

@@ -34,4 +34,9 @@ class IcePop(DecoupledPPO):
         aggregation: Aggregation = "token_mean",
         normalizer: float | None = None,
     ) -> None:
-        super().__init__(discrepancy_bounds=discrepancy_bounds, clip_bounds=clip_bounds, aggregation=aggregation, normalizer=normalizer)
+        super().__init__(
+            discrepancy_bounds=discrepancy_bounds,
+            clip_bounds=clip_bounds,
+            aggregation=aggregation,
+            normalizer=normalizer,
+        )

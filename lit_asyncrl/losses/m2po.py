@@ -57,7 +57,9 @@ def second_moment_mask(log_ratio: Tensor, valid: Tensor, second_moment_bound: fl
     # the full sort's float64 prefix means carry <= numel eps64 more.
     margin = 2.0 * ((length + 2) * unit + (rows + log_ratio.numel()) * eps64)
     valid_count = int(count_true(valid))
-    log_ratio = torch.where(valid, log_ratio, torch.zeros((), dtype=log_ratio.dtype, device=valid.device))  # 0 off valid
+    log_ratio = torch.where(
+        valid, log_ratio, torch.zeros((), dtype=log_ratio.dtype, device=valid.device)
+    )  # 0 off valid
     total = torch.zeros((), dtype=torch.float64, device=valid.device)
     for _, squared, _ in _squares(log_ratio, valid, log_ratio.dtype):
         total += squared.view(-1, length).sum(dim=-1).to(torch.float64).sum()
@@ -111,7 +113,9 @@ def _histogram_window(log_ratio: Tensor, valid: Tensor, valid_count: int, bound:
     return low, (_HISTOGRAM_BINS - above + 1) * width if above else torch.inf
 
 
-def _window_selection(log_ratio: Tensor, valid: Tensor, valid_count: int, low: float, high: float, bound: float) -> Tensor | None:
+def _window_selection(
+    log_ratio: Tensor, valid: Tensor, valid_count: int, low: float, high: float, bound: float
+) -> Tensor | None:
     """The selection if the tokens with ``(log r)^2 <= low`` all fit and the cut lies in ``(low, high]``;
     None when the exact float64 sums do not show both clearly (then the full sort decides)."""
     kept = torch.empty_like(valid)

@@ -182,7 +182,9 @@ def _slot_table(prepared: PreparedInputs, discrepancy_mask: Tensor | None, clip_
     )
 
 
-def _scatter_flat(slot: Tensor, values: Tensor, gaps: Tensor | None, sums: Tensor, highest: Tensor, gap_stats: Tensor) -> None:
+def _scatter_flat(
+    slot: Tensor, values: Tensor, gaps: Tensor | None, sums: Tensor, highest: Tensor, gap_stats: Tensor
+) -> None:
     """Accumulate one chunk (flat ``[n]`` slots, ``[5, n]`` values) into the ``[., 6]`` accumulators."""
     n = slot.numel()
     sums.scatter_add_(1, slot.expand(4, n), values[:4])
@@ -192,7 +194,9 @@ def _scatter_flat(slot: Tensor, values: Tensor, gaps: Tensor | None, sums: Tenso
         gap_stats[1].scatter_reduce_(0, slot, gaps, "amax")
 
 
-def _scatter_per_row(slot: Tensor, values: Tensor, gaps: Tensor | None, sums: Tensor, highest: Tensor, gap_stats: Tensor) -> None:
+def _scatter_per_row(
+    slot: Tensor, values: Tensor, gaps: Tensor | None, sums: Tensor, highest: Tensor, gap_stats: Tensor
+) -> None:
     """The same from ``[rows, T]`` slots and ``[5, rows, T]`` values: per-row results, then reduced."""
     rows, length = slot.shape
     index = slot.unsqueeze(0)

@@ -51,7 +51,9 @@ class InterpolatedProximal(ClippedLossStrategy):
     def proximal_logprobs(self, logprobs: Tensor, behavior_logprobs: Tensor, alpha: Tensor) -> Tensor:
         """``log pi_prox`` ``[B, T]``, detached."""
 
-    def discrepancy_correction(self, log_proximal: Tensor, behavior_logprobs: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    def discrepancy_correction(
+        self, log_proximal: Tensor, behavior_logprobs: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
         """Weight and mask from ``r_d``; None, None: Table 1 has ``r_d = 1`` without the train-infer mask."""
         return None, None
 
@@ -65,7 +67,9 @@ class InterpolatedProximal(ClippedLossStrategy):
     def discrepancy_mask_under(self, inputs: LossInputs, exact_logprobs: Tensor) -> Tensor | None:
         """The ``r_d`` mask on ``pi_old / mu_old`` instead of ``pi_prox / mu_old``; None without the mask."""
         with torch.no_grad():
-            prepared = prepare_inputs(replace(inputs, logprobs=inputs.logprobs.detach(), ref_logprobs=exact_logprobs), use_reference=True)
+            prepared = prepare_inputs(
+                replace(inputs, logprobs=inputs.logprobs.detach(), ref_logprobs=exact_logprobs), use_reference=True
+            )
             _, kept = self.discrepancy_correction(prepared.ref_logprobs, prepared.behavior_logprobs)
         return None if kept is None else kept & prepared.valid
 

@@ -53,9 +53,13 @@ class LoRASettings:
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
-            raise ValueError(f"{config_key('model.lora.rank')} must be an integer >= 0 (0 = no adapter), got {self.rank!r}")
+            raise ValueError(
+                f"{config_key('model.lora.rank')} must be an integer >= 0 (0 = no adapter), got {self.rank!r}"
+            )
         if self.rank > _VLLM_RANKS[-1]:
-            raise ValueError(f"{config_key('model.lora.rank')}={self.rank}: vLLM serves adapters up to rank {_VLLM_RANKS[-1]}")
+            raise ValueError(
+                f"{config_key('model.lora.rank')}={self.rank}: vLLM serves adapters up to rank {_VLLM_RANKS[-1]}"
+            )
         if not self.alpha > 0:
             raise ValueError(f"{config_key('model.lora.alpha')} must be > 0, got {self.alpha!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -63,9 +67,13 @@ class LoRASettings:
         if self.push not in LORA_PUSHES:
             raise ValueError(f"{config_key('model.lora.push')}={self.push!r}: choose one of {', '.join(LORA_PUSHES)}")
         if self.in_flight not in TURNS_IN_FLIGHT:
-            raise ValueError(f"{config_key('model.lora.in_flight')}={self.in_flight!r}: choose one of {', '.join(TURNS_IN_FLIGHT)}")
+            raise ValueError(
+                f"{config_key('model.lora.in_flight')}={self.in_flight!r}: choose one of {', '.join(TURNS_IN_FLIGHT)}"
+            )
         if self.enabled and not self.target_modules:
-            raise ValueError(f"{config_key('model.lora.target_modules')} is empty: name the linear layers that get an adapter")
+            raise ValueError(
+                f"{config_key('model.lora.target_modules')} is empty: name the linear layers that get an adapter"
+            )
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
 
     @property
@@ -108,9 +116,15 @@ def add_adapter(policy: torch.nn.Module, settings: LoRASettings) -> torch.nn.Mod
     """
     from peft import get_peft_model
 
-    missing = [name for name in settings.target_modules if not any(module.endswith(f".{name}") for module, _ in policy.named_modules())]
+    missing = [
+        name
+        for name in settings.target_modules
+        if not any(module.endswith(f".{name}") for module, _ in policy.named_modules())
+    ]
     if missing:
-        raise ValueError(f"{config_key('model.lora.target_modules')}: {type(policy).__name__} has no layer named {', '.join(missing)}")
+        raise ValueError(
+            f"{config_key('model.lora.target_modules')}: {type(policy).__name__} has no layer named {', '.join(missing)}"
+        )
     return get_peft_model(policy, settings.peft_config())
 
 
@@ -142,7 +156,9 @@ def merged_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
             deltas = [module.get_delta_weight(adapter) for adapter in module.active_adapters]
             merged[f"{name}.weight"] = module.get_base_layer().weight + sum(deltas)
     # The adapter's own tensors and the wrapped layers' `base_layer` names are not the model's.
-    return {name: tensor.detach() for name, tensor in merged.items() if ".lora_" not in name and ".base_layer." not in name}
+    return {
+        name: tensor.detach() for name, tensor in merged.items() if ".lora_" not in name and ".base_layer." not in name
+    }
 
 
 def engine_weights(policy: torch.nn.Module, settings: LoRASettings) -> Mapping[str, torch.Tensor]:

@@ -39,10 +39,16 @@ class EWMAReferenceSource(ReferenceSource):
     ) -> None:
         if beta is not None and not 0.0 < beta < 1.0:
             # beta 0 would make pi_prox the current weights: r_s = 1, the PPO clip a no-op.
-            raise ValueError(f"reference.beta must be in (0, 1) or null (derived from the staleness window), got {beta}")
+            raise ValueError(
+                f"reference.beta must be in (0, 1) or null (derived from the staleness window), got {beta}"
+            )
         self.beta, self.staleness_window, self.tau, self.patience = beta, staleness_window, tau, patience
         self._ewma = EWMAReference(
-            beta=beta, staleness_window=None if beta is not None else staleness_window, module_attr="policy", tau=tau, patience=patience
+            beta=beta,
+            staleness_window=None if beta is not None else staleness_window,
+            module_attr="policy",
+            tau=tau,
+            patience=patience,
         )
 
     @property
@@ -57,5 +63,7 @@ class EWMAReferenceSource(ReferenceSource):
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         loss_mask = batch["loss_mask"]
         self._ewma.observe_version_gaps((version - batch["versions"])[loss_mask])
-        logits = self._ewma.reference_forward(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = self._ewma.reference_forward(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).logits
         return logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])

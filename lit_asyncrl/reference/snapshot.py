@@ -34,7 +34,12 @@ class SnapshotReference(ReferenceSource):
         max_bytes: int | None = None,
         storage_dtype: str | None = None,
     ) -> None:
-        self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = max_staleness, max_resident, max_bytes, storage_dtype
+        self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = (
+            max_staleness,
+            max_resident,
+            max_bytes,
+            storage_dtype,
+        )
         self._retention = self.make_retention()
         self._rollouts: RolloutService | None = None
         self._warned_missing = False
@@ -64,7 +69,9 @@ class SnapshotReference(ReferenceSource):
         if storage is None:  # the snapshots keep the training dtype
             return True
         module = self._retention.module
-        live = {p.dtype for p in module.parameters() if p.is_floating_point()} if module is not None else {torch.float32}
+        live = (
+            {p.dtype for p in module.parameters() if p.is_floating_point()} if module is not None else {torch.float32}
+        )
         return all(_holds_exactly(storage, dtype) for dtype in live)
 
     def callbacks(self) -> list[L.Callback]:
@@ -96,7 +103,9 @@ class SnapshotReference(ReferenceSource):
                 "oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
         # A checkpoint that keeps pending episodes keeps the snapshots their versions need.
-        self._retention.checkpoint_snapshots = self._versions_to_checkpoint if getattr(rollouts, "checkpoint_pending", False) else False
+        self._retention.checkpoint_snapshots = (
+            self._versions_to_checkpoint if getattr(rollouts, "checkpoint_pending", False) else False
+        )
         self._rollouts = rollouts
 
     def _versions_to_checkpoint(self) -> list[int]:

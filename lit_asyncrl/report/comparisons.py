@@ -91,14 +91,18 @@ def comparisons_table(groups: dict[str, list[Run]], pairs: Sequence[tuple[str, s
 
 def _group(groups: dict[str, list[Run]], label: str) -> list[Run]:
     if label not in groups:
-        raise ValueError(f"--compare/--baseline: no configuration {label!r}; the runs hold: {', '.join(map(repr, groups))}")
+        raise ValueError(
+            f"--compare/--baseline: no configuration {label!r}; the runs hold: {', '.join(map(repr, groups))}"
+        )
     return groups[label]
 
 
 def _values(runs: list[Run], scalar: Callable[[Run], float | None], label: str) -> list[float]:
     values = [value for value in map(scalar, runs) if value is not None]
     if len(values) < 2:
-        raise ValueError(f"--compare/--baseline: {label!r} has {len(values)} run(s) with held-out scores; a test needs two or more")
+        raise ValueError(
+            f"--compare/--baseline: {label!r} has {len(values)} run(s) with held-out scores; a test needs two or more"
+        )
     return values
 
 

@@ -100,7 +100,10 @@ def plot_fidelity(groups: dict[str, list[Run]], png_path: Path) -> Path | None:
         positions = [bucket + index * width for bucket in range(len(GAP_BUCKETS))]
         axis.bar(positions, [max(value, 1e-9) for value in values], width=width, label=label)
     axis.set_yscale("log")
-    axis.set_xticks([bucket + 0.4 - width / 2 for bucket in range(len(GAP_BUCKETS))], [b.replace("gap_", "gap ") for b in GAP_BUCKETS])
+    axis.set_xticks(
+        [bucket + 0.4 - width / 2 for bucket in range(len(GAP_BUCKETS))],
+        [b.replace("gap_", "gap ") for b in GAP_BUCKETS],
+    )
     axis.set_xlabel("version gap of the token (trainer version - sampling version)")
     axis.set_ylabel("mean |log pi_proxy - log pi_old| (nats)")
     axis.set_title("reference fidelity: distance of the proxy each method uses from exact old log-probs", fontsize=10)

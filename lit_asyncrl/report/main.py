@@ -38,7 +38,12 @@ REPORT_COLUMNS = (
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="lit-asyncrl report", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories (each with metrics.csv), or sweep directories holding them")
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=Path,
+        help="run directories (each with metrics.csv), or sweep directories holding them",
+    )
     parser.add_argument("--out", type=Path, required=True, help="directory for report.md and the PNG figures")
     parser.add_argument("--title", default="lit_asyncrl results", help="the report's heading")
     parser.add_argument("--smooth", type=int, default=10, help="moving-average window (steps) of the training curves")
@@ -57,7 +62,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar=("A", "B"),
         help="configurations (labels as in the table) to compare by Welch's t-test over seeds; repeatable",
     )
-    parser.add_argument("--baseline", default=None, help="compare every other configuration with this one (as --compare OTHER BASELINE)")
+    parser.add_argument(
+        "--baseline", default=None, help="compare every other configuration with this one (as --compare OTHER BASELINE)"
+    )
     return parser.parse_args(argv)
 
 
@@ -121,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     if avg_key is not None:
-        lines += ["Held out, per seed (the runs behind the table's means):", "", per_seed_scores_table(groups, avg_key), ""]
+        lines += [
+            "Held out, per seed (the runs behind the table's means):",
+            "",
+            per_seed_scores_table(groups, avg_key),
+            "",
+        ]
     if comparisons is not None:
         lines += [
             "Comparisons (Welch's t-test over seeds, two-sided; the interval is the 95% one of the difference of means):",
@@ -142,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         lines += ["", f"![fidelity]({fidelity.name})"]
     lines += [""]
     if args.runs_command:
-        lines += [f"Runs: `{args.runs_command}`, {wall_s / 60:.0f} minutes of runs in all (sum of the finished runs' wall times)."]
+        lines += [
+            f"Runs: `{args.runs_command}`, {wall_s / 60:.0f} minutes of runs in all (sum of the finished runs' wall times)."
+        ]
     lines += [
         f"Report: `{report_command}`.",
         "",

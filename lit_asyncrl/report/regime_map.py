@@ -60,7 +60,9 @@ def map_point(run: Run, skip: int) -> MapPoint:
         raise SystemExit(f"{run.path} has no fidelity_proxies metrics: make it with +sweep=regime_map")
     rates = [item.split("=", 1)[1] for item in (run.summary or {}).get("overrides", []) if item.startswith("model.lr=")]
     if not rates:
-        raise SystemExit(f"{run.path} has no model.lr override in its summary.json: the map places runs by learning rate")
+        raise SystemExit(
+            f"{run.path} has no model.lr override in its summary.json: the map places runs by learning rate"
+        )
     lr = float(rates[0])
     return MapPoint(
         name=run.path.name,
@@ -70,7 +72,9 @@ def map_point(run: Run, skip: int) -> MapPoint:
         discrepancy=_mean(run, "fidelity/discrepancy_absmean", skip),
         exact=_mean(run, "fidelity/logratio_absmean", skip),
         distance={name: _mean(run, f"fidelity/{name}/logratio_absmean", skip) for name in proxies},
-        distance_by_gap={name: {gap: _mean(run, f"fidelity/{name}/logratio_absmean/{gap}", skip) for gap in GAPS} for name in proxies},
+        distance_by_gap={
+            name: {gap: _mean(run, f"fidelity/{name}/logratio_absmean/{gap}", skip) for gap in GAPS} for name in proxies
+        },
         disagreement={name: _mean(run, f"fidelity/{name}/mask_disagreement", skip) for name in proxies},
     )
 
@@ -78,7 +82,9 @@ def map_point(run: Run, skip: int) -> MapPoint:
 def proxy_names(series: dict) -> list[str]:
     """The proxies a run measured (`fidelity/<proxy>/logratio_absmean`), the usual ones first."""
     found = {
-        key.split("/")[1] for key in series if key.count("/") == 2 and key.startswith("fidelity/") and key.endswith("/logratio_absmean")
+        key.split("/")[1]
+        for key in series
+        if key.count("/") == 2 and key.startswith("fidelity/") and key.endswith("/logratio_absmean")
     }
     return [name for name in PROXY_ORDER if name in found] + sorted(found - set(PROXY_ORDER))
 
@@ -106,7 +112,10 @@ def mean_by_lr(points: list[MapPoint]) -> list[MapPoint]:
                 discrepancy=fmean(run.discrepancy for run in runs),
                 exact=fmean(run.exact for run in runs),
                 distance={name: fmean(run.distance[name] for run in runs) for name in proxies},
-                distance_by_gap={name: {gap: fmean(run.distance_by_gap[name][gap] for run in runs) for gap in GAPS} for name in proxies},
+                distance_by_gap={
+                    name: {gap: fmean(run.distance_by_gap[name][gap] for run in runs) for gap in GAPS}
+                    for name in proxies
+                },
                 disagreement={name: fmean(run.disagreement[name] for run in runs) for name in proxies},
             )
         )
@@ -161,7 +170,11 @@ def report_markdown(points: list[MapPoint], half_width: float, command: str | No
             f"{point.exact:.1e} | " + " | ".join(cells) + " |"
         )
     # gaps no run had tokens of after its first steps (e.g. a window always full) get no column
-    gaps = [gap for gap in GAPS if any(not math.isnan(point.distance_by_gap[name][gap]) for point in points for name in proxies)]
+    gaps = [
+        gap
+        for gap in GAPS
+        if any(not math.isnan(point.distance_by_gap[name][gap]) for point in points for name in proxies)
+    ]
     lines += ["", "Distance per version gap (mean over the steps with tokens of that gap):", ""]
     lines += ["| run | drift / discrepancy | " + " | ".join(f"{name} {gap}" for name in proxies for gap in gaps) + " |"]
     lines += ["|---|---:|" + "---:|" * (len(proxies) * len(gaps))]
@@ -169,10 +182,16 @@ def report_markdown(points: list[MapPoint], half_width: float, command: str | No
         cells = [_fmt(point.distance_by_gap[name][gap]) for name in proxies for gap in gaps]
         lines.append(f"| {point.name} | {point.ratio:.3g} | " + " | ".join(cells) + " |")
     means = mean_by_lr(points)
-    lines += ["", "Where each proxy's distance (mean over the seeds of a learning rate) crosses the mask's half-width,", ""]
+    lines += [
+        "",
+        "Where each proxy's distance (mean over the seeds of a learning rate) crosses the mask's half-width,",
+        "",
+    ]
     lines += ["| proxy | crosses at drift / discrepancy | closest to pi_old in |", "|---|---|---|"]
     closest = closest_counts(points)
-    lines += [f"| {name} | {crossing(means, name, half_width)} | {closest[name]} of {len(points)} runs |" for name in proxies]
+    lines += [
+        f"| {name} | {crossing(means, name, half_width)} | {closest[name]} of {len(points)} runs |" for name in proxies
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -192,8 +211,16 @@ def plot_map(points: list[MapPoint], half_width: float, png_path: Path) -> Path:
         label = "ewma (beta = W/(W+2))" if name == "ewma" else name
         (line,) = axis.plot([p.ratio for p in means], [p.distance[name] for p in means], marker="o", label=label)
         if len(points) > len(means):  # several seeds: each run as a small mark of its proxy's colour
-            axis.scatter([p.ratio for p in points], [p.distance[name] for p in points], s=10, color=line.get_color(), alpha=0.6)
-    axis.plot([p.ratio for p in means], [p.discrepancy for p in means], color="grey", linestyle=":", label="discrepancy |pi_old - mu|")
+            axis.scatter(
+                [p.ratio for p in points], [p.distance[name] for p in points], s=10, color=line.get_color(), alpha=0.6
+            )
+    axis.plot(
+        [p.ratio for p in means],
+        [p.discrepancy for p in means],
+        color="grey",
+        linestyle=":",
+        label="discrepancy |pi_old - mu|",
+    )
     axis.axhline(half_width, color="black", linestyle="--", linewidth=1, label=f"mask half-width ({half_width:.3g})")
     axis.set_xscale("log")
     axis.set_yscale("log")
@@ -242,18 +269,30 @@ def write_csv(points: list[MapPoint], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lit_asyncrl.report.regime_map", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="run directories of +sweep=regime_map, or sweep directories holding them")
-    parser.add_argument("--out", type=Path, required=True, help="directory for report.md, regime_map.png and regime_map.csv")
-    parser.add_argument("--mask-high", type=float, default=1.01, help="upper r_d mask bound the runs used; half-width = log(high)")
+    parser = argparse.ArgumentParser(
+        prog="python -m lit_asyncrl.report.regime_map", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "run_dirs", nargs="+", type=Path, help="run directories of +sweep=regime_map, or sweep directories holding them"
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="directory for report.md, regime_map.png and regime_map.csv"
+    )
+    parser.add_argument(
+        "--mask-high", type=float, default=1.01, help="upper r_d mask bound the runs used; half-width = log(high)"
+    )
     parser.add_argument("--skip", type=int, default=3, help="steps left out at the start (the version window fills)")
     parser.add_argument("--command", default=None, help="the command that made the runs, stated in the report")
-    parser.add_argument("--keep-runs", type=Path, default=None, help="also copy each run's summary and fidelity columns here")
+    parser.add_argument(
+        "--keep-runs", type=Path, default=None, help="also copy each run's summary and fidelity columns here"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     run_dirs = expand_run_dirs(args.run_dirs)
     if args.keep_runs is not None:
         # the map is then made from the copies; the mask and gap columns back what the findings say of them
-        run_dirs = keep_run_data(run_dirs, args.keep_runs, ["fidelity/", "train/train_infer_mask", "train/version_gap_mean"])
+        run_dirs = keep_run_data(
+            run_dirs, args.keep_runs, ["fidelity/", "train/train_infer_mask", "train/version_gap_mean"]
+        )
     points = [map_point(load_run(path), args.skip) for path in run_dirs]
     half_width = math.log(args.mask_high)
     args.out.mkdir(parents=True, exist_ok=True)

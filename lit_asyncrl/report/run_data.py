@@ -32,7 +32,10 @@ def keep_run_data(run_dirs: Sequence[Path], dest: Path, prefixes: Sequence[str])
         shutil.copyfile(run_dir / record, target / record)
         with open(run_dir / "metrics.csv", newline="") as source:
             reader = csv.DictReader(source)
-            columns = ["step", *(name for name in reader.fieldnames or [] if name != "step" and name.startswith(tuple(prefixes)))]
+            columns = [
+                "step",
+                *(name for name in reader.fieldnames or [] if name != "step" and name.startswith(tuple(prefixes))),
+            ]
             rows = [{name: row[name] for name in columns} for row in reader]
         with open(target / "metrics.csv", "w", newline="") as out:
             writer = csv.DictWriter(out, columns)

@@ -46,7 +46,9 @@ def load_run(path: Path) -> Run:
         key, _, value = item.partition("=")
         if key.lstrip("+") == "seed":
             seed = int(value)
-    return Run(path=path, label=run_label(overrides), seed=seed, series=read_metrics(csv_path), summary=read_summary(path))
+    return Run(
+        path=path, label=run_label(overrides), seed=seed, series=read_metrics(csv_path), summary=read_summary(path)
+    )
 
 
 def run_label(overrides: list[str]) -> str:

@@ -88,7 +88,10 @@ def per_task_table(groups: dict[str, list[Run]]) -> str | None:
         return None
     tasks = [(key.split("/")[1], key, key.replace("/avg@", "/pass@")) for key in avg_keys]
     k = avg_keys[0].rsplit("@", 1)[1]
-    header = ["configuration", *(column for task, _, _ in tasks for column in (f"{task} avg@{k} start -> end", f"{task} pass@{k} end"))]
+    header = [
+        "configuration",
+        *(column for task, _, _ in tasks for column in (f"{task} avg@{k} start -> end", f"{task} pass@{k} end")),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for label, members in groups.items():
         runs = [run for run in members if run.summary is not None] or members
@@ -138,7 +141,11 @@ def tool_calls_table(groups: dict[str, list[Run]]) -> str | None:
 
         return of
 
-    header = ["configuration", "tool calls per episode (end)", *(f"{name.rsplit('/', 1)[1]} per call" for name in reasons)]
+    header = [
+        "configuration",
+        "tool calls per episode (end)",
+        *(f"{name.rsplit('/', 1)[1]} per call" for name in reasons),
+    ]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for label, members in groups.items():
         runs = [run for run in members if run.summary is not None] or members

@@ -104,7 +104,9 @@ class Trajectory:
 
     def unscored_positions(self) -> list[int]:
         """Policy-token positions that have no pi_old yet."""
-        return [i for i, (sampled, old) in enumerate(zip(self.loss_mask, self.old_logprobs)) if sampled and math.isnan(old)]
+        return [
+            i for i, (sampled, old) in enumerate(zip(self.loss_mask, self.old_logprobs)) if sampled and math.isnan(old)
+        ]
 
     @property
     def policy_versions(self) -> list[int]:
@@ -130,10 +132,15 @@ def group_normalized_advantages(rewards: list[float], eps: float = 1e-6) -> list
 def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) -> dict:
     """A mixture's batch columns: each row's task as an index into `task_names` (`task_ids` [B]) and
     the names themselves, the same tuple in every batch so that every rank knows every task."""
-    return {"task_ids": torch.tensor([task_names.index(t.task) for t in trajectories], dtype=torch.long), "task_names": task_names}
+    return {
+        "task_ids": torch.tensor([task_names.index(t.task) for t in trajectories], dtype=torch.long),
+        "task_names": task_names,
+    }
 
 
-def training_batch(trajectories: list[Trajectory], pad_id: int, task_names: tuple[str, ...], temperature: float, top_k: int) -> dict:
+def training_batch(
+    trajectories: list[Trajectory], pad_id: int, task_names: tuple[str, ...], temperature: float, top_k: int
+) -> dict:
     """A training batch as `RolloutService.next_batch` hands it out: the collated tensors, a
     mixture's task columns, and the sampling settings the log-probs are computed under."""
     batch = collate(trajectories, pad_id=pad_id)

@@ -62,7 +62,9 @@ class BatchSettings:
         if not self.temperature > 0:
             raise ValueError(f"{config_key('rollout.temperature')} must be > 0, got {self.temperature}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or not (self.top_k == -1 or self.top_k >= 1):
-            raise ValueError(f"{config_key('rollout.top_k')} must be -1 (no top-k) or an integer >= 1, got {self.top_k!r}")
+            raise ValueError(
+                f"{config_key('rollout.top_k')} must be -1 (no top-k) or an integer >= 1, got {self.top_k!r}"
+            )
         require_positive("batch_timeout_s", self.batch_timeout_s)
 
 
@@ -130,9 +132,13 @@ class FailureSettings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.checkpoint_pending, bool):
-            raise ValueError(f"{config_key('rollout.checkpoint_pending')} must be true or false, got {self.checkpoint_pending!r}")
+            raise ValueError(
+                f"{config_key('rollout.checkpoint_pending')} must be true or false, got {self.checkpoint_pending!r}"
+            )
         if not 0.0 <= self.env_failure_limit <= 1.0:
-            raise ValueError(f"{config_key('rollout.env_failure_limit')} must be in [0, 1], got {self.env_failure_limit}")
+            raise ValueError(
+                f"{config_key('rollout.env_failure_limit')} must be in [0, 1], got {self.env_failure_limit}"
+            )
         require_int("env_failure_window", self.env_failure_window, 1)
         require_int("engine_restarts", self.engine_restarts, 0)
 

@@ -41,11 +41,17 @@ class TrainedEpisodesWriter(L.Callback):
         self._written_step: int | None = None  # the step whose file this process last wrote
 
     @override
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
-        self._step = trainer.global_step  # the step the batch is trained at (the optimizer moves it before the hook below)
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._step = (
+            trainer.global_step
+        )  # the step the batch is trained at (the optimizer moves it before the hook below)
 
     @override
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not self.enabled or batch is None:
             return
         self.dirpath.mkdir(parents=True, exist_ok=True)

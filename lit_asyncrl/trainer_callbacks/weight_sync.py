@@ -29,7 +29,11 @@ class EngineWeightSync(ServiceCallback):
     """
 
     def __init__(
-        self, rollouts: RolloutService | None = None, module_attr: str = "policy", required: bool = True, lora: LoRASettings | None = None
+        self,
+        rollouts: RolloutService | None = None,
+        module_attr: str = "policy",
+        required: bool = True,
+        lora: LoRASettings | None = None,
     ) -> None:
         super().__init__(rollouts, required)
         self.module_attr = module_attr

@@ -21,7 +21,14 @@ def loader(n: int = 8, batch_size: int = 2) -> DataLoader:
 def tiny_trainer(root, max_steps: int, callbacks: list, **kwargs) -> Trainer:
     """A quiet CPU Trainer."""
     defaults = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    return Trainer(default_root_dir=root, accelerator="cpu", devices=1, max_steps=max_steps, callbacks=callbacks, **(defaults | kwargs))
+    return Trainer(
+        default_root_dir=root,
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        callbacks=callbacks,
+        **(defaults | kwargs),
+    )
 
 
 class ScriptedModel(LightningModule):

@@ -70,7 +70,9 @@ class Agent(LightningModule):
 
         pi_old = self.snapshots.historical_logprobs(token_versions, mask, score)
         assert pi_old.device.type == "cuda"
-        expected = torch.cat([token_logprobs(self.copies[v](input_ids[[b]]).logits, input_ids[[b]]) for b, v in enumerate(row_versions)])
+        expected = torch.cat(
+            [token_logprobs(self.copies[v](input_ids[[b]]).logits, input_ids[[b]]) for b, v in enumerate(row_versions)]
+        )
         self.pi_old_errors.append((pi_old - expected).abs().max().item())
 
     @torch.no_grad()
@@ -81,7 +83,9 @@ class Agent(LightningModule):
         average = copy.deepcopy(self.copies[versions[-1]])
         for name, parameter in average.named_parameters():
             stacked = torch.stack([dict(self.copies[v].named_parameters())[name].double() for v in versions])
-            weight = torch.tensor(weights, dtype=torch.float64, device=stacked.device).view(-1, *[1] * (stacked.dim() - 1))
+            weight = torch.tensor(weights, dtype=torch.float64, device=stacked.device).view(
+                -1, *[1] * (stacked.dim() - 1)
+            )
             parameter.copy_((weight * stacked).sum(0) / sum(weights))
         reference = token_logprobs(self.ewma.reference_forward(input_ids).logits, input_ids)
         self.ewma_errors.append((reference - token_logprobs(average(input_ids).logits, input_ids)).abs().max().item())
@@ -98,7 +102,9 @@ def fit(agent: Agent, steps: int, root, ckpt_path=None) -> Trainer:
 
 
 def callbacks(storage_dtype=None) -> tuple[SnapshotRetention, EWMAReference]:
-    snapshots = SnapshotRetention(max_staleness=2, module_attr="policy", storage_dtype=storage_dtype, checkpoint_snapshots=True)
+    snapshots = SnapshotRetention(
+        max_staleness=2, module_attr="policy", storage_dtype=storage_dtype, checkpoint_snapshots=True
+    )
     return snapshots, EWMAReference(beta=BETA, module_attr="policy", patience=None)  # no reset: the oracle averages all
 
 
@@ -135,6 +141,8 @@ def test_bf16_storage_holds_each_versions_weights_rounded_once(tmp_path):
     fit(agent, 3, tmp_path)
     for version in snapshots.versions:
         host, kept = snapshots.store.get(version), dict(agent.copies[version].named_parameters())
-        assert all(torch.equal(host[name], kept[name].detach().cpu().to(torch.bfloat16)) for name in kept if name in host)
+        assert all(
+            torch.equal(host[name], kept[name].detach().cpu().to(torch.bfloat16)) for name in kept if name in host
+        )
     # pi_old from rounded weights is no longer exact, but close: bf16 keeps 8 bits of mantissa.
     assert 0 < max(agent.pi_old_errors[1:]) < 0.05, agent.pi_old_errors

@@ -20,7 +20,11 @@ def child_env(temp_dir: Path) -> dict[str, str]:
     """The children find asyncrl_callbacks (installed or not) and the test helpers; one thread each.
     Their temp dir is the test's: Lightning's fork launcher leaves an empty dir there."""
     paths = [str(Path(asyncrl_callbacks.__file__).parents[1]), str(HERE), os.environ.get("PYTHONPATH", "")]
-    return os.environ | {"PYTHONPATH": os.pathsep.join(p for p in paths if p), "OMP_NUM_THREADS": "1", "TMPDIR": str(temp_dir)}
+    return os.environ | {
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        "OMP_NUM_THREADS": "1",
+        "TMPDIR": str(temp_dir),
+    }
 
 
 def test_ddp_ranks_hold_identical_averages_without_vllm_hydra_or_lit_asyncrl(tmp_path):

@@ -133,7 +133,8 @@ def test_a_frozen_layer_is_not_copied_and_scores_stay_exact(batch):
     with torch.no_grad():
         model.embed.weight.add_(1.0)  # a frozen tensor written: old snapshots no longer describe their versions
     with pytest.raises(
-        ValueError, match=r"frozen parameters changed since the snapshot of version 0 was saved \(embed.weight\).*keep=\"all\""
+        ValueError,
+        match=r"frozen parameters changed since the snapshot of version 0 was saved \(embed.weight\).*keep=\"all\"",
     ):
         callback.historical_logprobs(token_versions, loss_mask, scorer(input_ids))
     everything = SnapshotRetention(max_staleness=2, keep="all")

@@ -13,7 +13,11 @@ from lit_asyncrl.envs.tools.mcp_tools import McpServerTools, McpToolError
 
 
 def server_processes() -> list[psutil.Process]:
-    return [child for child in psutil.Process().children(recursive=True) if "tests.integration.mcp_server" in " ".join(child.cmdline())]
+    return [
+        child
+        for child in psutil.Process().children(recursive=True)
+        if "tests.integration.mcp_server" in " ".join(child.cmdline())
+    ]
 
 
 def test_the_servers_tools_are_listed_with_their_schemas_called_and_the_server_stopped(tmp_path):
@@ -26,7 +30,9 @@ def test_the_servers_tools_are_listed_with_their_schemas_called_and_the_server_s
         assert sorted(tools) == ["add", "divide"] and all(isinstance(tool, Tool) for tool in tools.values())
         assert tools["add"].schema["function"]["description"] == "Add two integers."
         assert tools["add"].argument_errors({"a": 1, "b": 2}) is None
-        assert tools["add"].argument_errors({"a": "x", "b": 2}) == "'x' is not of type 'integer'"  # the server's own schema
+        assert (
+            tools["add"].argument_errors({"a": "x", "b": 2}) == "'x' is not of type 'integer'"
+        )  # the server's own schema
 
         async def calls():
             added = await tools["add"].function(a=2, b=3)
@@ -44,7 +50,9 @@ def test_the_servers_tools_are_listed_with_their_schemas_called_and_the_server_s
 
 
 def test_a_server_that_cannot_start_is_reported_with_what_it_said():
-    server = McpServerTools(sys.executable, ["-c", "import sys; sys.stderr.write('no such server here'); sys.exit(3)"], start_timeout_s=30)
+    server = McpServerTools(
+        sys.executable, ["-c", "import sys; sys.stderr.write('no such server here'); sys.exit(3)"], start_timeout_s=30
+    )
     with pytest.raises(RuntimeError, match="did not start") as failure:
         server.start()
     assert "no such server here" in str(failure.value)

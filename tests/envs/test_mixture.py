@@ -82,7 +82,9 @@ def test_each_task_plays_in_its_own_format_with_its_own_stop_text():
     engine = scripted_engine(tokenizer, ["3;", "7;"])  # secret 7: H after 3, W after 7
     caller = EnvCaller(max_workers=1)
     try:
-        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=512)
+        settings = EpisodeSettings(
+            call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=512
+        )
         coroutine = play_instance(engine, mix, formats, MixInstance("guess", 7), Trajectory(group_id=0), settings)
         trajectory = engine.run(coroutine, timeout_s=30)
     finally:
@@ -110,7 +112,11 @@ def test_demonstrations_of_a_mixture_carry_their_tasks_format_and_name():
 
 
 def test_task_columns_index_each_row_into_the_names():
-    rows = [Trajectory(group_id=0, task="guess"), Trajectory(group_id=0, task="desk"), Trajectory(group_id=1, task="guess")]
+    rows = [
+        Trajectory(group_id=0, task="guess"),
+        Trajectory(group_id=0, task="desk"),
+        Trajectory(group_id=1, task="guess"),
+    ]
     columns = task_columns(rows, ("desk", "guess"))
     assert columns["task_ids"].tolist() == [1, 0, 1] and columns["task_names"] == ("desk", "guess")
 
@@ -145,7 +151,9 @@ def test_start_and_close_reach_every_task_and_a_failure_still_closes_the_others(
     tasks = {"a": Recorder("a", log), "b": Recorder("b", log, fail="close"), "c": Recorder("c", log)}
     mix = TaskMix(tasks)
     mix.start(make_engine := object())
-    assert [task.make_engine for task in tasks.values()] == [make_engine] * 3  # the runner's engine maker reaches every task
+    assert [task.make_engine for task in tasks.values()] == [
+        make_engine
+    ] * 3  # the runner's engine maker reaches every task
     with pytest.raises(RuntimeError, match="b close"):
         mix.close()
     assert log == [("start", "a"), ("start", "b"), ("start", "c"), ("close", "a"), ("close", "b"), ("close", "c")]

@@ -102,14 +102,18 @@ def test_several_calls_run_in_order_each_answered_by_a_tool_message(parser):
 
 
 def test_a_turn_without_a_call_ends_the_episode_graded_on_its_state(parser):
-    steps, episode = play(['<tool_call>{"name": "add", "arguments": {"amount": 5}}</tool_call>', "The total is 5."], parser)
+    steps, episode = play(
+        ['<tool_call>{"name": "add", "arguments": {"amount": 5}}</tool_call>', "The total is 5."], parser
+    )
     assert (steps[1].reward, steps[1].terminated, steps[1].success) == (1.0, True, True)
     assert episode.transcript == [
         {"role": "user", "content": "add 5"},
         {
             "role": "assistant",
             "content": "",
-            "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {"amount": 5}}, "id": step_id(steps[0])}],
+            "tool_calls": [
+                {"type": "function", "function": {"name": "add", "arguments": {"amount": 5}}, "id": step_id(steps[0])}
+            ],
         },
         {"role": "tool", "content": "total 5", "name": "add", "tool_call_id": step_id(steps[0])},
         {"role": "assistant", "content": "The total is 5."},
@@ -150,7 +154,11 @@ def step_id(step) -> str:
             "invalid_arguments",
             "Error: invalid arguments for add: arguments must be a JSON object, got [2]",
         ),
-        ('<tool_call>{"name": "explode", "arguments": {}}</tool_call>', "tool_error", "Error: explode failed: the back end is down"),
+        (
+            '<tool_call>{"name": "explode", "arguments": {}}</tool_call>',
+            "tool_error",
+            "Error: explode failed: the back end is down",
+        ),
         ('<tool_call>{"name": "stall", "arguments": {}}</tool_call>', "timeout", "Error: stall took longer than 0.1 s"),
     ],
     ids=["bad json", "unknown tool", "wrong type", "missing argument", "not an object", "tool raises", "timeout"],
@@ -197,10 +205,14 @@ def test_tools_take_their_schema_from_type_hints_and_docstrings_or_a_given_one()
 def test_the_parser_reads_a_turn_whole():
     # vLLM's hermes parser: text before the first call is the content; a plain turn has no calls.
     parser = ToolCallParser("hermes", build_char_tokenizer())
-    assert parser.parse('Checking.<tool_call>{"name": "add", "arguments": {"amount": 1}}</tool_call>').content == "Checking."
+    assert (
+        parser.parse('Checking.<tool_call>{"name": "add", "arguments": {"amount": 1}}</tool_call>').content
+        == "Checking."
+    )
     assert parser.parse("All done.") == AssistantTurn("All done.", (), unparsable=False)
     assert [
-        (call.name, call.arguments) for call in parser.parse('<tool_call>{"name": "a", "arguments": {"k": [1]}}</tool_call>').calls
+        (call.name, call.arguments)
+        for call in parser.parse('<tool_call>{"name": "a", "arguments": {"k": [1]}}</tool_call>').calls
     ] == [("a", {"k": [1]})]
     with pytest.raises(ValueError, match="env.tool_parser='no_such_parser' is not one of vLLM's tool parsers"):
         ToolCallParser("no_such_parser", build_char_tokenizer())
@@ -228,9 +240,13 @@ def test_the_tool_task_of_docs_tasks_md_plays_as_written(parser):
     assert episode.reset().messages == ({"role": "user", "content": f"how many {item}s do you have?"},)
 
     async def run():
-        counted = await episode.step(parser.parse(f'<tool_call>{{"name": "count", "arguments": {{"item": "{item}"}}}}</tool_call>'))
+        counted = await episode.step(
+            parser.parse(f'<tool_call>{{"name": "count", "arguments": {{"item": "{item}"}}}}</tool_call>')
+        )
         answered = await episode.step(
-            parser.parse(f'<tool_call>{{"name": "answer_customer", "arguments": {{"number": {stock[item]}}}}}</tool_call>')
+            parser.parse(
+                f'<tool_call>{{"name": "answer_customer", "arguments": {{"number": {stock[item]}}}}}</tool_call>'
+            )
         )
         return counted, answered
 

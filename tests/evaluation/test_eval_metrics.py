@@ -75,7 +75,11 @@ def test_held_out_metrics_of_a_mixture_are_kept_per_task_and_overall():
     assert values["val/desk/avg@2"] == pytest.approx(0.25)
     assert values["val/desk/pass@2"] == pytest.approx((5 / 6 + 0 + 1 / 2) / 3)
     assert values["val/desk/greedy_success"] == pytest.approx(1 / 3)
-    assert values["val/guess/avg@2"] == 1.0 and values["val/guess/pass@2"] == 1.0 and values["val/guess/greedy_success"] == 1.0
+    assert (
+        values["val/guess/avg@2"] == 1.0
+        and values["val/guess/pass@2"] == 1.0
+        and values["val/guess/greedy_success"] == 1.0
+    )
     # overall: every instance once, (0.5 + 0 + 1 + 0.25) / 4; pass (5/6 + 0 + 1 + 1/2) / 4
     assert values["val/avg@2"] == pytest.approx(1.75 / 4)
     assert values["val/pass@2"] == pytest.approx((5 / 6 + 1 + 1 / 2) / 4)

@@ -11,7 +11,12 @@ from asyncrl_callbacks import EWMAReference
 from lit_asyncrl.rollout.serving.distributed import whole_tensors
 
 #: This rank's own step metrics kept per step (a rank's `callback_metrics` hold its local values).
-STEP_METRICS = ("train/ref_behavior_logratio_absmax", "train/nonfinite_tokens", "fidelity/logratio_absmax", "train/version_gap_max")
+STEP_METRICS = (
+    "train/ref_behavior_logratio_absmax",
+    "train/nonfinite_tokens",
+    "fidelity/logratio_absmax",
+    "train/version_gap_max",
+)
 
 
 class RankProbe(L.Callback):
@@ -41,7 +46,9 @@ class RankProbe(L.Callback):
 
         rollouts.next_batch = recording_next_batch
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs, batch, batch_idx: int
+    ) -> None:
         metrics = trainer.callback_metrics
         self.step_metrics.append({key: float(metrics[key]) for key in STEP_METRICS if key in metrics})
 
@@ -52,9 +59,14 @@ class RankProbe(L.Callback):
             "success": self.success,
             "task_ids": self.task_ids,
             "step_metrics": self.step_metrics,
-            "ewma_average": {name: tensor.clone() for name, tensor in ewmas[0].averaged_parameters.items()} if ewmas else None,
+            "ewma_average": {name: tensor.clone() for name, tensor in ewmas[0].averaged_parameters.items()}
+            if ewmas
+            else None,
             # Gathered whole under FSDP2 (a collective every rank joins; plain tensors pass as they are).
-            "live": {name: tensor.detach().clone() for name, tensor in whole_tensors(dict(pl_module.policy.named_parameters())).items()},
+            "live": {
+                name: tensor.detach().clone()
+                for name, tensor in whole_tensors(dict(pl_module.policy.named_parameters())).items()
+            },
             # What this rank itself holds: its shards under FSDP2, everything under DDP.
             "local_numel": sum(_local(parameter).numel() for parameter in pl_module.policy.parameters()),
             "world_size": trainer.world_size,

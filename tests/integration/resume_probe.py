@@ -25,7 +25,9 @@ class ResumeProbe(L.Callback):
             return
         self.done = True
         engine = trainer.datamodule.rollouts.engine
-        turn = engine.run(engine.generate(PROMPT, max_tokens=SAMPLED_TOKENS, temperature=1.0, ignore_eos=True), timeout_s=120)
+        turn = engine.run(
+            engine.generate(PROMPT, max_tokens=SAMPLED_TOKENS, temperature=1.0, ignore_eos=True), timeout_s=120
+        )
         policy = pl_module.policy
         ids = torch.tensor([PROMPT + turn.token_ids])
         was_training = policy.training
@@ -39,7 +41,9 @@ class ResumeProbe(L.Callback):
         torch.save(
             {
                 "global_step": trainer.global_step,
-                "adapter": {name: tensor.detach().clone() for name, tensor in policy.named_parameters() if ".lora_" in name},
+                "adapter": {
+                    name: tensor.detach().clone() for name, tensor in policy.named_parameters() if ".lora_" in name
+                },
                 "versions": turn.versions,
                 "engine_logprobs": torch.tensor(turn.logprobs),
                 "trainer_logprobs": trainer_logprobs,

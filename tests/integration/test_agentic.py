@@ -15,13 +15,20 @@ from tests.support.small_engines import small_async_service
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_agentic")]
 
-VALIDATION = ["trainer.max_steps=2", "trainer.val_check_interval=2", "rollout.eval_instances=4", "rollout.eval_samples=4"]
+VALIDATION = [
+    "trainer.max_steps=2",
+    "trainer.val_check_interval=2",
+    "rollout.eval_instances=4",
+    "rollout.eval_samples=4",
+]
 
 
 def val_rows(run_dir) -> list[dict[str, float]]:
     import csv
 
-    (csv_path,) = run_dir.glob("**/metrics.csv") if not (run_dir / "metrics.csv").exists() else [run_dir / "metrics.csv"]
+    (csv_path,) = (
+        run_dir.glob("**/metrics.csv") if not (run_dir / "metrics.csv").exists() else [run_dir / "metrics.csv"]
+    )
     with open(csv_path, newline="") as handle:
         rows = [{k: float(v) for k, v in row.items() if v not in ("", None)} for row in csv.DictReader(handle)]
     return [row for row in rows if "val/avg@4" in row]
@@ -43,7 +50,9 @@ def test_sixteen_episodes_with_half_a_second_of_latency_overlap(tiny_model_path)
     finally:
         service.close()
     durations = batch["episode_s"]
-    print(f"\nbatch of 16 episodes: {batch_s:.2f} s; longest episode {durations.max():.2f} s; sum of episodes {durations.sum():.2f} s")
+    print(
+        f"\nbatch of 16 episodes: {batch_s:.2f} s; longest episode {durations.max():.2f} s; sum of episodes {durations.sum():.2f} s"
+    )
     assert durations.shape == (16,)
     assert durations.min() >= 1.0  # at least the reset's and one answer's latency
     assert batch_s <= 1.5 * float(durations.max()), (batch_s, durations.tolist())

@@ -30,7 +30,13 @@ def test_sparse_environment_failures_are_dropped_and_counted_and_failing_too_oft
     # episode is dropped until more than half of the last 16 failed, and the run stops naming the
     # counts and the tool's own error, leaving nothing behind. (Not 400: turn 400 is also a 20th
     # turn, whose hiccup was once the last error the message named.)
-    overrides = [*FAULTY_ENV, "+env.fail_every=20", "+env.fail_after=410", "rollout.env_failure_window=16", "trainer.max_steps=50"]
+    overrides = [
+        *FAULTY_ENV,
+        "+env.fail_every=20",
+        "+env.fail_after=410",
+        "rollout.env_failure_window=16",
+        "trainer.max_steps=50",
+    ]
     run = Run(overrides, tmp_path)
     run.wait_for(run.engine_serving, "engine start")
     code, output, _ = run.finish(timeout_s=300)
@@ -105,7 +111,12 @@ def test_a_dead_engine_is_restarted_once_and_a_second_death_fails_the_run_within
     # latest published weights and version; its episodes in flight count as dropped "lost". Once
     # the run has trained on the new engine, its death is one more than allowed: the run fails
     # within seconds, naming it, and leaves nothing behind.
-    overrides = ["trainer.max_steps=500", "checkpoint_every=1", "rollout.engine_restarts=1", "trainer.num_sanity_val_steps=0"]
+    overrides = [
+        "trainer.max_steps=500",
+        "checkpoint_every=1",
+        "rollout.engine_restarts=1",
+        "trainer.num_sanity_val_steps=0",
+    ]
     run = Run(overrides, tmp_path)
     run.wait_for_training()
     (first_core,) = run.engine_cores()

@@ -68,7 +68,8 @@ def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(head_en
             enough_old_tokens.set()
 
     pending = asyncio.run_coroutine_threadsafe(
-        engine.generate(prompt, max_tokens=200, temperature=temperature, ignore_eos=True, on_tokens=on_tokens), engine.loop
+        engine.generate(prompt, max_tokens=200, temperature=temperature, ignore_eos=True, on_tokens=on_tokens),
+        engine.loop,
     )
     assert enough_old_tokens.wait(60)  # 20 tokens sampled by the old weights
     new_model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
@@ -141,7 +142,10 @@ def test_the_engine_config_forks_the_engine_core_unless_vllms_start_method_says_
     forked = environment()
     # vLLM's CPU platform sets the variable to spawn as it makes a config: the caller's (none) stays.
     assert "VLLM_WORKER_MULTIPROC_METHOD" not in os.environ
-    assert {key: forked[key] for key in ("VLLM_WORKER_MULTIPROC_METHOD", "LIT_ASYNCRL_ENGINE_CORE_FORKED", "OMP_NUM_THREADS")} == {
+    assert {
+        key: forked[key]
+        for key in ("VLLM_WORKER_MULTIPROC_METHOD", "LIT_ASYNCRL_ENGINE_CORE_FORKED", "OMP_NUM_THREADS")
+    } == {
         "VLLM_WORKER_MULTIPROC_METHOD": "fork",
         "LIT_ASYNCRL_ENGINE_CORE_FORKED": "quiet",
         "OMP_NUM_THREADS": "1",
@@ -232,7 +236,11 @@ def test_a_full_fine_tunes_changed_elements_alone_reach_a_staged_engine(tiny_mod
     # `rollout.push_changed_elements`: after the first push, a tensor written in place travels as the
     # indices and values of the elements whose bits changed, written by the engine into its own copy.
     config = EngineSettings(
-        dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, weight_transfer="staged", push_changed_elements=True
+        dtype="float32",
+        max_model_len=256,
+        kv_cache_gib=SMALL_KV_CACHE_GIB,
+        weight_transfer="staged",
+        push_changed_elements=True,
     )
     engine = VLLMEngine(tiny_model_path, config)
     engine.start()
@@ -240,7 +248,9 @@ def test_a_full_fine_tunes_changed_elements_alone_reach_a_staged_engine(tiny_mod
         model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
         parameters = {id(p): p for p in model.parameters()}.values()  # the tied embedding once
         assert engine.push_weights(model.state_dict(), version=1).bytes == 4 * sum(p.numel() for p in parameters)
-        with torch.no_grad():  # in place, as an optimizer step writes: 10 of the final norm's 128, 20 of the embedding's
+        with (
+            torch.no_grad()
+        ):  # in place, as an optimizer step writes: 10 of the final norm's 128, 20 of the embedding's
             model.model.norm.weight[:10] += 1.0
             model.model.embed_tokens.weight[3, :20] += 0.5
         pushed = engine.push_weights(model.state_dict(), version=2)
@@ -249,6 +259,8 @@ def test_a_full_fine_tunes_changed_elements_alone_reach_a_staged_engine(tiny_mod
         assert turn.versions == [2] * 40
         assert (trainer_logprobs(model, [1, 3], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() < 1e-4
         base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
-        assert (trainer_logprobs(base, [1, 3], turn, 0.8) - torch.tensor(turn.logprobs)).abs().max() > 1e-2  # the change arrived
+        assert (
+            trainer_logprobs(base, [1, 3], turn, 0.8) - torch.tensor(turn.logprobs)
+        ).abs().max() > 1e-2  # the change arrived
     finally:
         engine.shutdown()

@@ -18,7 +18,14 @@ def hydra_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("hydra_run")
     filters = ["rollout.filter_zero_advantage=true", "rollout.filter_overlong=true"]
     result = run_hydra(
-        ["trainer.max_steps=5", "checkpoint_every=2", "logger=tensorboard", *filters, f"hydra.run.dir={run_dir}", *SMALL_RUN]
+        [
+            "trainer.max_steps=5",
+            "checkpoint_every=2",
+            "logger=tensorboard",
+            *filters,
+            f"hydra.run.dir={run_dir}",
+            *SMALL_RUN,
+        ]
     )
     return run_dir, result.stdout + result.stderr
 
@@ -57,7 +64,10 @@ def test_hydra_run_trains_logs_and_plots(hydra_run):
     # (each of 5 batches holds 4 groups of 4); the filters' counts are logged.
     last = rows[-1]
     assert last["rollout/dropped_zero_advantage"] > 0 and last["rollout/dropped_zero_advantage"] % 4 == 0, last
-    assert last["rollout/trained"] == 5 * 4 * 4 and {"rollout/zero_advantage_kept", "rollout/masked_overlong"} <= last.keys()
+    assert (
+        last["rollout/trained"] == 5 * 4 * 4
+        and {"rollout/zero_advantage_kept", "rollout/masked_overlong"} <= last.keys()
+    )
     # Step 0 trains on tokens sampled by the very weights it scores with (fp32 engine, same
     # temperature): pi_theta / mu must be 1 up to numerical noise, or the log-probs are misaligned.
     first = rows[0]

@@ -36,7 +36,9 @@ async def prompt_logprobs(engine, adapter, token_ids):
     request, _ = engine._adapters.write(adapter, version=0)
     params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, detokenize=False)
     final = None
-    async for output in engine._llm.generate({"prompt_token_ids": token_ids}, params, f"score-{request.lora_int_id}", lora_request=request):
+    async for output in engine._llm.generate(
+        {"prompt_token_ids": token_ids}, params, f"score-{request.lora_int_id}", lora_request=request
+    ):
         final = output
     return [entry[token].logprob for entry, token in zip(final.prompt_logprobs[1:], token_ids[1:])]
 
@@ -125,7 +127,9 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
 
     # Ground truth: a forward of the model kept at each token's own version.
     with torch.no_grad():
-        per_version = torch.stack([token_logprobs(model, ids, batch["attention_mask"], TEMPERATURE)[0] for model in models])
+        per_version = torch.stack(
+            [token_logprobs(model, ids, batch["attention_mask"], TEMPERATURE)[0] for model in models]
+        )
     truth = per_version[(batch["versions"][0] - base).clamp(min=0), torch.arange(ids.shape[1])][mask[0]]
 
     def score(forward, rows):
@@ -182,7 +186,9 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     config = EngineSettings(dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, lora=settings)
     engine = VLLMEngine(model_path, config)
     engine.start()
-    dedicated = DedicatedWorker(model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0, lora=settings)
+    dedicated = DedicatedWorker(
+        model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0, lora=settings
+    )
     try:
         snapshots = SnapshotRetention(max_staleness=3)
 
@@ -206,11 +212,14 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
                 streamed.notify_all()
 
         pending = asyncio.run_coroutine_threadsafe(
-            engine.generate([1], max_tokens=turn_tokens, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens), engine.loop
+            engine.generate([1], max_tokens=turn_tokens, temperature=TEMPERATURE, ignore_eos=True, on_tokens=on_tokens),
+            engine.loop,
         )
         for version in (1, 2):
             with streamed:
-                assert streamed.wait_for(lambda count=tokens_per_version * version: len(trajectory.token_ids) - 1 >= count, timeout=60)
+                assert streamed.wait_for(
+                    lambda count=tokens_per_version * version: len(trajectory.token_ids) - 1 >= count, timeout=60
+                )
             interrupt_and_score(engine, trajectory, policies[version - 1], version)
 
             async def submit():
@@ -247,7 +256,9 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     batch = collate([trajectory], pad_id=0)
     ids, mask = batch["input_ids"], batch["loss_mask"]
     with torch.no_grad():
-        per_version = torch.stack([token_logprobs(policy, ids, batch["attention_mask"], TEMPERATURE)[0] for policy in policies])
+        per_version = torch.stack(
+            [token_logprobs(policy, ids, batch["attention_mask"], TEMPERATURE)[0] for policy in policies]
+        )
     truth = per_version[batch["versions"][0].clamp(min=1) - 1, torch.arange(ids.shape[1])][mask[0]]
 
     def score(forward, rows):
@@ -262,7 +273,9 @@ def test_with_adapters_as_versions_a_moved_turn_is_exact_on_every_route(model_na
     assert torch.isfinite(interrupt_route).all() and torch.isfinite(dedicated_route).all()
     for route in (snapshot_route, interrupt_route, dedicated_route):
         assert (route - truth).abs().max() < 1e-6
-    other = per_version[(batch["versions"][0] % 3), torch.arange(ids.shape[1])][mask[0]]  # each token under another version
+    other = per_version[(batch["versions"][0] % 3), torch.arange(ids.shape[1])][
+        mask[0]
+    ]  # each token under another version
     assert (other - truth).abs().max() > 1e-2  # so a wrong adapter would show
     assert (batch["behavior_logprobs"][mask] - truth).abs().max() < 1e-4
     # The engine's own scores under an older adapter equal the trainer's under it, at temperature 1:

@@ -11,7 +11,11 @@ from tests.support.reference_checks import check_exact_route
 from tests.support.runs import STALE_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
-LORA_RUN = ["experiment=snapshot", "model.lora.rank=8", *[o for o in STALE_RUN if not o.startswith("trainer.max_steps")]]
+LORA_RUN = [
+    "experiment=snapshot",
+    "model.lora.rank=8",
+    *[o for o in STALE_RUN if not o.startswith("trainer.max_steps")],
+]
 #: rank 8 on the tiny policy's 7 projections of 2 layers: 8 * (in + out) each, fp32
 #: (q 128+128, k 128+64, v 128+64, o 128+128, gate 128+256, up 128+256, down 256+128).
 ADAPTER_BYTES = 4 * 2 * 8 * (256 + 192 + 192 + 256 + 384 + 384 + 384)
@@ -20,9 +24,7 @@ ADAPTER_BYTES = 4 * 2 * 8 * (256 + 192 + 192 + 256 + 384 + 384 + 384)
 def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resume_serves_its_adapter(tmp_path):
     first, second = tmp_path / "first", tmp_path / "second"
     # The probe, and the final checkpoint the resume starts from (the list replaces conf/trainer's).
-    final = (
-        f"{{_target_:lightning.pytorch.callbacks.ModelCheckpoint,dirpath:'{first}/checkpoints',filename:last,save_on_train_epoch_end:true}}"
-    )
+    final = f"{{_target_:lightning.pytorch.callbacks.ModelCheckpoint,dirpath:'{first}/checkpoints',filename:last,save_on_train_epoch_end:true}}"
     probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}},{final}]"
     ddp = ["trainer.devices=2", "trainer.strategy=ddp", probe]
     run_hydra([*LORA_RUN, "trainer.max_steps=8", "fidelity=true", *ddp, f"hydra.run.dir={first}"])
@@ -47,7 +49,9 @@ def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resu
     checked = 0
     for name, tensor in base.items():
         layer, _, kind = name.rpartition(".")
-        for key in (k for k in (f"base_model.model.{name}", f"base_model.model.{layer}.base_layer.{kind}") if k in live):
+        for key in (
+            k for k in (f"base_model.model.{name}", f"base_model.model.{layer}.base_layer.{kind}") if k in live
+        ):
             assert torch.equal(live[key], tensor), key
             checked += 1
     assert checked == len(base) - 1  # all but the tied head, which is the embedding
@@ -57,7 +61,9 @@ def test_adapter_versions_under_ddp_are_exact_only_the_adapter_trains_and_a_resu
     assert sorted(saved["state_dict"]) == sorted(f"policy.{name}" for name in adapter)
     assert saved["frozen_parameters_from"] == "None"  # the built-in tiny policy (model.path=null)
 
-    resume_probe = f"trainer.callbacks=[{{_target_:tests.integration.resume_probe.ResumeProbe,out_dir:'{tmp_path}/probe'}}]"
+    resume_probe = (
+        f"trainer.callbacks=[{{_target_:tests.integration.resume_probe.ResumeProbe,out_dir:'{tmp_path}/probe'}}]"
+    )
     checkpoint = f"ckpt_path='{first / 'checkpoints' / 'last.ckpt'}'"
     run_hydra([*LORA_RUN, "trainer.max_steps=11", checkpoint, resume_probe, f"hydra.run.dir={second}"])
     resumed = read_rows(second / "metrics.csv")
@@ -93,7 +99,9 @@ def test_interrupt_sync_and_the_dedicated_worker_with_adapters_are_exact_in_real
 
     experiments = ["interrupt_sync", "dedicated"]
     lora = ["model.lora.rank=8", "model.lora.in_flight=move", "fidelity=true"]
-    run_hydra(["-m", f"experiment={','.join(experiments)}", *lora, *STALE_RUN, f"hydra.sweep.dir={tmp_path}"], timeout_s=900)
+    run_hydra(
+        ["-m", f"experiment={','.join(experiments)}", *lora, *STALE_RUN, f"hydra.sweep.dir={tmp_path}"], timeout_s=900
+    )
     for job, experiment in enumerate(experiments):
         run_dir = next(tmp_path.glob(f"{job}_experiment={experiment},*"))
         (check_interrupt_sync if experiment == "interrupt_sync" else check_dedicated)(run_dir)

@@ -42,9 +42,14 @@ def mcp_run(tmp_path: Path, overrides: list[str], with_customer: bool = False) -
     mixture += ["  desk_customer:", *indented(DESK_WITH_A_MODEL_CUSTOMER, 4)]
     (config_dir / "mcp_and_customer.yaml").write_text("\n".join(mixture) + "\n")
     env = "env=mcp_and_customer" if with_customer else "env=mcp_addition"
-    run = Run([env, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "trainer.num_sanity_val_steps=0", *overrides], tmp_path / "run")
+    run = Run(
+        [env, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "trainer.num_sanity_val_steps=0", *overrides],
+        tmp_path / "run",
+    )
     # Seen while it runs, so that the checks know the processes the run must not leave.
-    run.wait_for(lambda: any(b"tests.integration.mcp_server" in _cmdline(pid) for pid in run.track()), "the MCP server", 300)
+    run.wait_for(
+        lambda: any(b"tests.integration.mcp_server" in _cmdline(pid) for pid in run.track()), "the MCP server", 300
+    )
     return run, count_file
 
 
@@ -54,7 +59,9 @@ def indented(text: str, spaces: int) -> list[str]:
 
 @FAILING_FROM_INSIDE  # the group of runs that end on their own, of about equal length
 def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
-    run, count_file = mcp_run(tmp_path, ["model.warm_start_steps=80", "model.warm_start_lr=3e-3", "trainer.max_steps=3"])
+    run, count_file = mcp_run(
+        tmp_path, ["model.warm_start_steps=80", "model.warm_start_lr=3e-3", "trainer.max_steps=3"]
+    )
     run.wait_for(run.engine_serving, "the engine", 300)
     code, output, _ = run.finish(timeout_s=400)
     assert code == 0, output[-3000:]
@@ -64,7 +71,8 @@ def test_a_short_run_calls_the_mcp_servers_tools_and_stops_the_server(tmp_path):
     # Trained episodes' calls, logged; the server also served held-out episodes and ones cut at the end.
     assert 0 < rows[-1]["rollout/tool_calls/add"] <= int(count_file.read_text())
     assert {
-        f"rollout/tool_call_errors/{reason}" for reason in ("unparsable", "unknown_tool", "invalid_arguments", "tool_error", "timeout")
+        f"rollout/tool_call_errors/{reason}"
+        for reason in ("unparsable", "unknown_tool", "invalid_arguments", "tool_error", "timeout")
     } <= set(rows[-1])
 
 
@@ -83,7 +91,9 @@ def test_a_dead_old_logit_worker_fails_an_mcp_run_within_seconds_naming_it_and_t
 def test_sigterm_between_training_steps_ends_the_customers_engine_and_the_mcp_server(tmp_path):
     # A mixture of the MCP task and the desk whose customer is a model on a second engine: SIGTERM
     # between training steps, and the run's own clean-up stops both engines and the server.
-    run, _ = mcp_run(tmp_path, ["trainer.max_steps=500", "checkpoint_every=1", "rollout.max_model_len=512"], with_customer=True)
+    run, _ = mcp_run(
+        tmp_path, ["trainer.max_steps=500", "checkpoint_every=1", "rollout.max_model_len=512"], with_customer=True
+    )
     run.wait_for_training()
     assert len(run.engine_cores()) == 2  # the policy's and the customer's
     run.process.send_signal(signal.SIGTERM)

@@ -76,7 +76,9 @@ def test_a_chat_episode_scores_exactly_the_ids_the_engine_saw(fp32_engine, token
     caller = EnvCaller(max_workers=1)
     try:
         instance = training_instance(env, random.Random(0))
-        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=256)
+        settings = EpisodeSettings(
+            call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=256
+        )
         coroutine = play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), settings)
         trajectory = fp32_engine.run(coroutine, timeout_s=120)
     finally:
@@ -99,7 +101,9 @@ def test_a_chat_episode_scores_exactly_the_ids_the_engine_saw(fp32_engine, token
     for (prompt, completion), later in zip(calls, later_prompts):
         assert later[len(prompt) + len(completion) - (completion[-1:] == [im_end])] == im_end
     assert "<|im_start|>tool\n" in tokenizer.decode(trajectory.token_ids)
-    assert tokenizer.decode(trajectory.token_ids).startswith(f"<|im_start|>system\n{env.system_prompt}<|im_end|>\n<|im_start|>user\n")
+    assert tokenizer.decode(trajectory.token_ids).startswith(
+        f"<|im_start|>system\n{env.system_prompt}<|im_end|>\n<|im_start|>user\n"
+    )
 
 
 def test_after_a_short_warm_start_smollm2_calls_a_json_tool_that_runs_and_answers(fp32_engine, smollm2_path, tokenizer):
@@ -131,9 +135,12 @@ def test_after_a_short_warm_start_smollm2_calls_a_json_tool_that_runs_and_answer
         for seed in range(6):
             calls.clear()
             instance = training_instance(env, random.Random(seed))
-            settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=0.7, top_k=-1), max_context=1024, seed=seed)
+            settings = EpisodeSettings(
+                call_env=caller, sampling=SamplingSettings(temperature=0.7, top_k=-1), max_context=1024, seed=seed
+            )
             trajectory = fp32_engine.run(
-                play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), settings), timeout_s=300
+                play_episode(fp32_engine, env, episode_format, instance, Trajectory(group_id=0), settings),
+                timeout_s=300,
             )
             if sum(trajectory.tool_calls.values()) > 0:
                 break
@@ -143,7 +150,9 @@ def test_after_a_short_warm_start_smollm2_calls_a_json_tool_that_runs_and_answer
     assert sum(trajectory.tool_calls.values()) > 0, tokenizer.decode(trajectory.token_ids)[-600:]
 
     # The first turn holding a call: sampled tokens with their mu, read by the parser, the tool run.
-    turn_with_call = next(index for index, (_, completion, _) in enumerate(calls) if episode_format.action(completion).calls)
+    turn_with_call = next(
+        index for index, (_, completion, _) in enumerate(calls) if episode_format.action(completion).calls
+    )
     prompt, completion, mu = calls[turn_with_call]
     assert len(mu) == len(completion) and all(value <= 0 for value in mu)
     parsed = episode_format.action(completion)
@@ -198,7 +207,9 @@ def one_turn_across_an_update(engine: VLLMEngine, old_model, new_model, prompt: 
     turn = pending.result(timeout=300)
     ids = torch.tensor([prompt + turn.token_ids])
     with torch.no_grad():
-        old_pi, new_pi = (token_logprobs(m, ids, torch.ones_like(ids), temperature)[0, len(prompt) :] for m in (old_model, new_model))
+        old_pi, new_pi = (
+            token_logprobs(m, ids, torch.ones_like(ids), temperature)[0, len(prompt) :] for m in (old_model, new_model)
+        )
     return torch.tensor(turn.logprobs), torch.tensor(turn.versions), old_pi, new_pi, old_version
 
 
@@ -258,13 +269,18 @@ def test_an_episode_across_an_adapter_push_keeps_each_turns_adapter_exactly(smol
         )
         pending, streamed, started = turn_in_flight(engine, prompt, max_tokens=40, temperature=1.0, after=8)
         assert started.wait(120)
-        second = {name: tensor + 0.05 * torch.randn_like(tensor) if ".lora_B." in name else tensor for name, tensor in first.items()}
+        second = {
+            name: tensor + 0.05 * torch.randn_like(tensor) if ".lora_B." in name else tensor
+            for name, tensor in first.items()
+        }
         pushed = engine.push_weights(second, version=2)  # while the first turn is in flight
         assert pushed.bytes == 4 * 30 * 8 * (2 * (576 + 576) + 2 * (576 + 192) + 3 * (576 + 1536)) == 9_768_960
         first_turn = pending.result(timeout=300)
         assert streamed[0] == 40 > 8 and first_turn.versions == [1] * 40  # finished on its adapter
         context = prompt + first_turn.token_ids + tokenizer.encode("\nAnd the sky?\n", add_special_tokens=False)
-        second_turn = engine.run(engine.generate(context, max_tokens=20, temperature=1.0, ignore_eos=True), timeout_s=300)
+        second_turn = engine.run(
+            engine.generate(context, max_tokens=20, temperature=1.0, ignore_eos=True), timeout_s=300
+        )
         assert second_turn.versions == [2] * 20
     finally:
         engine.shutdown()

@@ -20,7 +20,10 @@ def run_reference_sweep(sweep_dir) -> tuple[dict[str, object], str]:
     sweep = ["-m", f"experiment={','.join(SWEPT_EXPERIMENTS)}", f"hydra.sweep.dir={sweep_dir}", "fidelity=true"]
     result = run_hydra([*sweep, "rollout.weight_transfer=staged", *STALE_RUN], timeout_s=900)
     # Each job's dir is named by its number and overrides (`hydra.sweep.subdir`).
-    job_dirs = {experiment: next(sweep_dir.glob(f"{job}_experiment={experiment},*")) for job, experiment in enumerate(SWEPT_EXPERIMENTS)}
+    job_dirs = {
+        experiment: next(sweep_dir.glob(f"{job}_experiment={experiment},*"))
+        for job, experiment in enumerate(SWEPT_EXPERIMENTS)
+    }
     return job_dirs, result.stdout + result.stderr
 
 

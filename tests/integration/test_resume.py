@@ -64,7 +64,9 @@ def resume_from(checkpoint: Path) -> str:
 
 def trained_episodes(run_dir: Path) -> list[dict]:
     """Every episode the run trained on (`save_trained_episodes`), batch after batch."""
-    paths = sorted((run_dir / "trained_episodes").glob("step=*.jsonl"), key=lambda path: int(re.match(r"step=(\d+)", path.name)[1]))
+    paths = sorted(
+        (run_dir / "trained_episodes").glob("step=*.jsonl"), key=lambda path: int(re.match(r"step=(\d+)", path.name)[1])
+    )
     return [json.loads(line) for path in paths for line in path.read_text().splitlines()]
 
 
@@ -114,7 +116,11 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
     # Stitched over the segments (each up to the checkpoint the next resumed from), every step
     # appears once: the steps a kill lost were taken again and logged by the next segment.
     segments = [read_rows(directory / "metrics.csv") for directory in (first, second, third)]
-    stitched = [row for row in segments[0] if row["step"] < 4] + [row for row in segments[1] if 4 <= row["step"] < 6] + segments[2]
+    stitched = (
+        [row for row in segments[0] if row["step"] < 4]
+        + [row for row in segments[1] if 4 <= row["step"] < 6]
+        + segments[2]
+    )
     assert [row["step"] for row in stitched] == list(range(9))
     assert [row["step"] for row in segments[1]][:2] == [4, 5] and [row["step"] for row in segments[2]] == [6, 7, 8]
     for row in stitched:  # produced = trained + dropped (by reason) + pending, over the whole run
@@ -129,7 +135,9 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
     # happened.
     kept = {"pending": 0, "in_flight": 0}
     for checkpoint_path, rows in ((at_4, segments[1]), (at_6, segments[2])):
-        service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"]["rollout_service"]
+        service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"][
+            "rollout_service"
+        ]
         saved, in_flight = service["accounting"], service["in_flight"]
         assert saved["produced"] == saved["trained"] + sum(saved["dropped"].values()) + saved["pending"]
         assert saved["pending"] == sum(len(group) for group in saved["pending_groups"])
@@ -150,7 +158,9 @@ def test_two_kills_then_the_run_finishes_with_every_step_once_and_nothing_lost(t
     # The first batch after each resume holds the pending groups (as many as a batch takes: 2).
     continued = 0
     for checkpoint_path, run_dir, version in ((at_4, second, 4), (at_6, third, 6)):
-        service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"]["rollout_service"]
+        service = torch.load(checkpoint_path, map_location="cpu", weights_only=False)["RolloutDataModule"][
+            "rollout_service"
+        ]
         trained = trained_episodes(run_dir)
         pending = {episode["group_id"] for group in service["accounting"]["pending_groups"] for episode in group}
         first_batch = {row["group_id"] for row in trained if row["step"] == version}

@@ -116,7 +116,9 @@ def assert_each_task_is_validated_and_counted_on_its_own(rows: list[dict], last:
             assert 0.0 <= row[f"val/{task}/avg@4"] <= row[f"val/{task}/pass@4"] <= 1.0
             assert row[f"val/{task}/greedy_success"] in (0.0, 0.5, 1.0)  # two greedy episodes per task
         for metric in ("avg@4", "pass@4", "greedy_success"):
-            assert row[f"val/{metric}"] == pytest.approx(sum(row[f"val/{task}/{metric}"] for task in TASKS) / 3, abs=1e-6)
+            assert row[f"val/{metric}"] == pytest.approx(
+                sum(row[f"val/{task}/{metric}"] for task in TASKS) / 3, abs=1e-6
+            )
     # Each task played in its own format: the game's turns end at ';' and the desk's at a newline, and
     # both are won (random valid guesses win 0.34 of the games; the desk needs its demonstrations).
     assert max(row["val/guess_number/avg@4"] for row in validations) > 0.0
@@ -139,10 +141,21 @@ def assert_task_success_is_over_both_ranks(ranks: list[dict], rows: list[dict]) 
     """Each step's `train/<task>/task_success` is that task's share of successes over the episodes
     both ranks trained on (computed here from the probes), and absent where no episode had the task."""
     for step in range(STEPS):
-        logged = {key: value for row in rows if row.get("step") == step for key, value in row.items() if key.endswith("/task_success")}
+        logged = {
+            key: value
+            for row in rows
+            if row.get("step") == step
+            for key, value in row.items()
+            if key.endswith("/task_success")
+        }
         expected = {}
         for index, name in enumerate(TASKS):
-            outcomes = [won for state in ranks for won, task in zip(state["success"][step], state["task_ids"][step]) if task == index]
+            outcomes = [
+                won
+                for state in ranks
+                for won, task in zip(state["success"][step], state["task_ids"][step])
+                if task == index
+            ]
             if outcomes:
                 expected[f"train/{name}/task_success"] = sum(outcomes) / len(outcomes)
         assert expected and {key: logged[key] for key in expected} == pytest.approx(expected), (step, logged)
@@ -253,7 +266,9 @@ def test_exact_routes_under_ddp_on_two_engines_are_exact_on_every_rank(tmp_path)
     # the final norm, fp32: what each engine received per version.
     trained_bytes = 4 * (128 * 128 + 2 * 64 * 128 + 128 * 128 + 3 * 256 * 128 + 64 + 64 + 128 + 128 + 128)
     assert trained_bytes == 591_872
-    assert [row["rollout/weight_push_bytes"] for row in rows if "rollout/weight_push_bytes" in row] == [trained_bytes] * 8
+    assert [row["rollout/weight_push_bytes"] for row in rows if "rollout/weight_push_bytes" in row] == [
+        trained_bytes
+    ] * 8
 
 
 @one_ray_test_at_a_time
@@ -270,7 +285,11 @@ def test_the_ray_actors_keep_their_promises_and_a_killed_trainer_leaves_no_ray_b
 
     before = listing()
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.ray_contract_run"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "tests.integration.ray_contract_run"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         output = []

@@ -52,7 +52,9 @@ def test_a_customer_played_by_a_model_answers_from_its_own_frozen_engine(tiny_mo
     env = ServiceDeskEnv(user=user, max_turns=5)
     tokenizer = load_tokenizer(str(tiny_model_path))
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_path).train()
-    WarmStart(steps=40, lr=3e-3, batch_size=32).run(policy, env, tokenizer, accelerator="cpu", enable_progress_bar=False)
+    WarmStart(steps=40, lr=3e-3, batch_size=32).run(
+        policy, env, tokenizer, accelerator="cpu", enable_progress_bar=False
+    )
     assert user.engine is None  # the warm start plays the cooperative customer, not the model
     service = small_async_service(tiny_model_path, env)
     weights = {name: tensor.detach().clone() for name, tensor in policy.state_dict().items()}

@@ -48,7 +48,8 @@ def ddp_gradient(loss_fn, scaled: bool) -> torch.Tensor:
     shards = [slice(0, 1), slice(1, 4)]
     outputs = [loss_fn(shard(inputs, logprobs, rows)) for rows in shards]
     denominators = [
-        aggregation_denominator(out.valid, loss_fn.aggregation) if loss_fn.aggregation != "fixed" else torch.tensor(0.0) for out in outputs
+        aggregation_denominator(out.valid, loss_fn.aggregation) if loss_fn.aggregation != "fixed" else torch.tensor(0.0)
+        for out in outputs
     ]
     total = sum(denominators)
     losses = []

@@ -80,7 +80,10 @@ def test_icepop_default_mask_is_the_reports_half_to_five():
 # A (1, -1), (1, 1), (1, 1); all inside the clip (0.8, 1.2).
 MIS_STALENESS = [[1.1, 1.0], [1.0, 1.0], [1.0, 1.1]]
 MIS_ADVANTAGES = [[1.0, -1.0], [1.0, 1.0], [1.0, 1.0]]
-MIS_DISCREPANCY = {"mis_sequence": [[1.2, 1.5], [2.0, 1.5], [0.5, 0.6]], "mis_geometric": [[4.0, 0.81], [3.0, 3.0], [0.2, 0.45]]}
+MIS_DISCREPANCY = {
+    "mis_sequence": [[1.2, 1.5], [2.0, 1.5], [0.5, 0.6]],
+    "mis_geometric": [[4.0, 0.81], [3.0, 3.0], [0.2, 0.45]],
+}
 # Per-token objective when the row is kept: mis_sequence weights it by sg(rho), mis_geometric does not.
 MIS_KEPT_OBJECTIVE = {
     "mis_sequence": [[1.8 * 1.1, 1.8 * -1.0], [3.0, 3.0], [0.3 * 1.0, 0.3 * 1.1]],

@@ -9,7 +9,14 @@ from lit_asyncrl.reference import SnapshotReference
 
 @pytest.mark.parametrize(
     ("storage_dtype", "exact"),
-    [(None, True), ("float32", True), ("float64", True), ("bfloat16", False), ("float16", False), ("torch.bfloat16", False)],
+    [
+        (None, True),
+        ("float32", True),
+        ("float64", True),
+        ("bfloat16", False),
+        ("float16", False),
+        ("torch.bfloat16", False),
+    ],
 )
 def test_exact_before_the_fit_assumes_float32_weights(storage_dtype, exact):
     assert SnapshotReference(storage_dtype=storage_dtype).exact is exact

@@ -24,7 +24,10 @@ def test_collate_pads_and_broadcasts_advantages_on_policy_tokens_only():
     batch = collate([first, second], pad_id=0)
     assert batch["input_ids"].tolist() == [[1, 16, 7, 13, 19], [1, 8, 0, 0, 0]]
     assert batch["loss_mask"].tolist() == [[False, False, True, True, False], [False, True, False, False, False]]
-    assert batch["versions"].tolist() == [[NO_VERSION, NO_VERSION, 3, 4, NO_VERSION], [NO_VERSION, 4, NO_VERSION, NO_VERSION, NO_VERSION]]
+    assert batch["versions"].tolist() == [
+        [NO_VERSION, NO_VERSION, 3, 4, NO_VERSION],
+        [NO_VERSION, 4, NO_VERSION, NO_VERSION, NO_VERSION],
+    ]
     assert batch["advantages"].tolist() == [[0, 0, 2, 2, 0], [0, -1, 0, 0, 0]]
     assert torch.allclose(batch["behavior_logprobs"][0], torch.tensor([0, 0, -0.1, -0.2, 0]))
     assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 0, 0, 0]]

@@ -29,7 +29,9 @@ POLICY_POSITIONS = {0: [2, 3, 4], 1: [2, 3], 2: [3], 3: [1, 2]}
 ROW_ADVANTAGE = {0: 1.0, 1: 1.0, 2: -1.0, 3: -1.0}
 
 
-def make_batch(versions_by_row: dict[int, list[int]], success: list[float], behavior: torch.Tensor | None = None) -> dict:
+def make_batch(
+    versions_by_row: dict[int, list[int]], success: list[float], behavior: torch.Tensor | None = None
+) -> dict:
     """A batch in the schema of `lit_asyncrl.rollout.service`; versions given per policy token."""
     loss_mask = torch.zeros(4, 6, dtype=torch.bool)
     versions = torch.full((4, 6), -1, dtype=torch.long)

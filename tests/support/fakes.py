@@ -33,9 +33,17 @@ class FakeEngine:
     def run(self, coroutine, timeout_s=None):
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout_s)
 
-    async def generate(self, prompt_ids, *, max_tokens, temperature, top_k=-1, stop_token_ids=(), ignore_eos=False, on_tokens=None):
+    async def generate(
+        self, prompt_ids, *, max_tokens, temperature, top_k=-1, stop_token_ids=(), ignore_eos=False, on_tokens=None
+    ):
         self.requests.append(
-            {"prompt": list(prompt_ids), "max_tokens": max_tokens, "temperature": temperature, "top_k": top_k, "stop": list(stop_token_ids)}
+            {
+                "prompt": list(prompt_ids),
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "top_k": top_k,
+                "stop": list(stop_token_ids),
+            }
         )
         return await self.turn(self, prompt_ids, on_tokens)
 
@@ -68,7 +76,11 @@ def engines():
 
         def producer(self, engine: FakeEngine, buffer: RolloutBuffer, tokenizer, **overrides) -> RolloutProducer:
             settings = dict(
-                group_size=2, max_concurrent_groups=4, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=256, seed=0
+                group_size=2,
+                max_concurrent_groups=4,
+                sampling=SamplingSettings(temperature=1.0, top_k=-1),
+                max_context=256,
+                seed=0,
             )
             settings.update(overrides)
             env = settings.pop("env", None) or GuessNumberEnv()

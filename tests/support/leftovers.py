@@ -41,7 +41,9 @@ def left_behind(before: set[Path], own_processes: set[int] | None = None) -> lis
     return sorted(
         str(entry)
         for entry in new
-        if entry.name != basetemp and not _is_held(entry, held) and not (foreign_tracker and entry.name.startswith("sem.mp-"))
+        if entry.name != basetemp
+        and not _is_held(entry, held)
+        and not (foreign_tracker and entry.name.startswith("sem.mp-"))
     )
 
 

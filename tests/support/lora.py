@@ -8,7 +8,11 @@ from lit_asyncrl.models.lora import LoRASettings, add_adapter
 
 def adapted(model_path, rank=8, seed=0, target_modules=None):
     """The tiny policy with an adapter whose B is random (peft starts it at 0: no change)."""
-    settings = LoRASettings(rank=rank) if target_modules is None else LoRASettings(rank=rank, target_modules=tuple(target_modules))
+    settings = (
+        LoRASettings(rank=rank)
+        if target_modules is None
+        else LoRASettings(rank=rank, target_modules=tuple(target_modules))
+    )
     policy = add_adapter(AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32), settings)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -35,16 +35,24 @@ STALE_RUN = [
 
 
 def run_command(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    result = subprocess.run(
+        args, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     if result.returncode != 0:
         # Both ends of each stream: under DDP the first rank's report (the cause) comes first and the
         # other ranks' reports of the same failure fill the end.
-        raise AssertionError(f"{' '.join(args)} failed ({result.returncode}):\n{_ends(result.stdout)}\n{_ends(result.stderr)}")
+        raise AssertionError(
+            f"{' '.join(args)} failed ({result.returncode}):\n{_ends(result.stdout)}\n{_ends(result.stderr)}"
+        )
     return result
 
 
 def _ends(text: str, head: int = 3000, tail: int = 6000) -> str:
-    return text if len(text) <= head + tail else f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
+    return (
+        text
+        if len(text) <= head + tail
+        else f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
+    )
 
 
 def run_hydra(overrides: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:

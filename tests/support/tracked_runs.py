@@ -64,7 +64,13 @@ class Run:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
         self.process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=_default_sigint,
         )
 
     def track(self) -> list[int]:
@@ -81,7 +87,9 @@ class Run:
 
     def latest_checkpoint_step(self) -> int:
         """The step of the periodic checkpoint (the latest replaces the one before), -1 before the first."""
-        return max((int(path.stem.split("=")[1]) for path in (self.run_dir / "checkpoints").glob("step=*.ckpt")), default=-1)
+        return max(
+            (int(path.stem.split("=")[1]) for path in (self.run_dir / "checkpoints").glob("step=*.ckpt")), default=-1
+        )
 
     def weights_pushed(self) -> bool:
         """The service has started: the first weight push wrote its file in the engine's temp dir."""
@@ -128,7 +136,9 @@ class Run:
         """Until the first periodic checkpoint (the runs use checkpoint_every=1): steps are being taken."""
         self.wait_for(lambda: self.latest_checkpoint_step() >= 0, "training steps")
 
-    def assert_stops(self, since: float, code: int | None = None, says: str | None = None, within_s: float = 30) -> None:
+    def assert_stops(
+        self, since: float, code: int | None = None, says: str | None = None, within_s: float = 30
+    ) -> None:
         """The run exits within `within_s` of `since` (with `code`, or any failure), printing `says`, leaving nothing."""
         exit_code, output, _ = self.finish()
         assert exit_code == code if code is not None else exit_code != 0, output[-3000:]
@@ -137,7 +147,9 @@ class Run:
         self.assert_nothing_left()
 
     def _left_behind(self) -> list[str]:
-        return [entry for entry in left_behind(self.listing_before, self.descendants) if _not_our_dead_owners_dir(entry)]
+        return [
+            entry for entry in left_behind(self.listing_before, self.descendants) if _not_our_dead_owners_dir(entry)
+        ]
 
     def assert_nothing_left(self) -> None:
         assert self.descendants, "no child process was ever seen"
@@ -161,7 +173,9 @@ class Run:
         assert self._left_behind() == []
         # vLLM's gloo rendezvous file goes to the run's own dir, never to /tmp: none newer than this
         # run's start, whichever test's engine made it.
-        leaked = [p.name for p in Path(tempfile.gettempdir()).glob("vllm_dist_*") if p.stat().st_mtime >= self.started_at]
+        leaked = [
+            p.name for p in Path(tempfile.gettempdir()).glob("vllm_dist_*") if p.stat().st_mtime >= self.started_at
+        ]
         assert leaked == []
 
 

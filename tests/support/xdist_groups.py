@@ -16,7 +16,9 @@ def builds_a_tool_task(overrides: list[str]) -> bool:
     (so building it imports vLLM)."""
     chosen = {token.split("=", 1)[1] for token in overrides if token.startswith(("experiment=", "env="))}
     experiments = [Path(config_dir()) / "experiment" / f"{name}.yaml" for name in chosen]
-    return "service_desk_tools" in chosen or any("/env: service_desk_tools" in path.read_text() for path in experiments if path.exists())
+    return "service_desk_tools" in chosen or any(
+        "/env: service_desk_tools" in path.read_text() for path in experiments if path.exists()
+    )
 
 
 def grouped_by_imports(overrides: list[str]) -> list:

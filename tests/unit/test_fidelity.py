@@ -89,12 +89,16 @@ def test_each_strategy_reports_the_proxy_it_uses_in_place_of_pi_old():
     assert torch.equal(PPOClip().proxy_logprobs(_inputs(ref)), ref)
     # ... mu_old where it has none or ignores it
     assert torch.allclose(PPOClip().proxy_logprobs(_inputs()).exp(), torch.tensor([mu], dtype=torch.float64))
-    assert torch.allclose(PPOClipTrainInfer().proxy_logprobs(_inputs(ref)).exp(), torch.tensor([mu], dtype=torch.float64))
+    assert torch.allclose(
+        PPOClipTrainInfer().proxy_logprobs(_inputs(ref)).exp(), torch.tensor([mu], dtype=torch.float64)
+    )
     # interpolations with alpha = 1/(n+1), gaps 0, 1, 3: alpha 1, 1/2, 1/4
     linear = [0.5, 0.5 * 0.2 + 0.5 * 0.6, 0.25 * 0.4 + 0.75 * 0.8]  # 0.5, 0.4, 0.7
     assert torch.allclose(LinearProx().proxy_logprobs(_inputs(ref)).exp(), torch.tensor([linear], dtype=torch.float64))
     loglinear = [0.5, math.sqrt(0.2 * 0.6), 0.4**0.25 * 0.8**0.75]
-    assert torch.allclose(LogLinearProx().proxy_logprobs(_inputs()).exp(), torch.tensor([loglinear], dtype=torch.float64))
+    assert torch.allclose(
+        LogLinearProx().proxy_logprobs(_inputs()).exp(), torch.tensor([loglinear], dtype=torch.float64)
+    )
 
 
 def test_the_mask_under_exact_old_logprobs_uses_the_strategy_s_own_bounds():
@@ -133,11 +137,16 @@ def test_shadow_measures_mu_against_exact_old_logprobs_for_plain_ppo():
 def test_shadow_finds_async_recompute_exact_at_gap_0_and_off_at_gap_1():
     torch.manual_seed(0)
     module = AsyncRLModule(
-        loss=DecoupledPPO(discrepancy_bounds=(0.999, 1.001)), reference=AsyncRecomputeReference(), lr=1e-2, fidelity=True
+        loss=DecoupledPPO(discrepancy_bounds=(0.999, 1.001)),
+        reference=AsyncRecomputeReference(),
+        lr=1e-2,
+        fidelity=True,
     )
     mu = own_logprobs(module)
     step0 = make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu)
-    step1 = make_batch({0: [0, 0, 0], 1: [1, 1], 2: [0], 3: [1, 1]}, [1.0, 0.0, 0.0, 1.0], behavior=mu)  # rows 0, 2 stale
+    step1 = make_batch(
+        {0: [0, 0, 0], 1: [1, 1], 2: [0], 3: [1, 1]}, [1.0, 0.0, 0.0, 1.0], behavior=mu
+    )  # rows 0, 2 stale
     logger = _fit(module, [step0, step1])
     first, second = logger.keys_at(0), logger.keys_at(1)
     assert first["fidelity/logratio_absmax/gap_0"] < 1e-6
@@ -158,17 +167,28 @@ def test_shadow_agrees_with_an_exact_reference_at_every_gap():
         make_batch({0: [0, 1, 2], 1: [2, 2], 2: [1], 3: [0, 2]}, [0.0, 1.0, 0.0, 1.0], behavior=mu),
     ]
     logger = _fit(module, batches)
-    values = {key: value for step in (0, 1, 2) for key, value in logger.keys_at(step).items() if key.startswith("fidelity/logratio")}
+    values = {
+        key: value
+        for step in (0, 1, 2)
+        for key, value in logger.keys_at(step).items()
+        if key.startswith("fidelity/logratio")
+    }
     assert {"fidelity/logratio_absmax/gap_1", "fidelity/logratio_absmax/gap_2"} <= set(values)
     assert max(values.values()) <= 1e-6
-    assert max(value for step in (0, 1, 2) for key, value in logger.keys_at(step).items() if "mask_disagreement" in key) == 0.0
+    assert (
+        max(value for step in (0, 1, 2) for key, value in logger.keys_at(step).items() if "mask_disagreement" in key)
+        == 0.0
+    )
 
 
 def test_the_shadow_also_runs_without_a_rollout_service():
     torch.manual_seed(0)
     module = AsyncRLModule(loss=PPOClipTrainInfer(), lr=1e-3, fidelity=True)
     mu = own_logprobs(module)
-    batches = [make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu), make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu)]
+    batches = [
+        make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu),
+        make_batch(all_version(0), [1.0, 0.0, 1.0, 0.0], behavior=mu),
+    ]
     logger = RecordingLogger()
     make_trainer(2, [], logger=logger).fit(module, datamodule=PlainDataModule(batches))
     # step 1 trains version-0 tokens at version 1: mu is version 0's own log-prob, the exact pi_old

@@ -27,7 +27,12 @@ def test_distances_discrepancy_and_mask_decisions_of_each_proxy_by_hand():
     # three tokens of version gaps 0, 1 and 3
     mu, pi_theta, exact = _log([0.5, 0.2, 0.4]), _log([0.5, 0.4, 0.1]), _log([0.5, 0.25, 0.4])
     inputs = LossInputs(
-        pi_theta, mu, torch.ones(1, 3, dtype=torch.float64), torch.ones(1, 3, dtype=torch.bool), None, torch.tensor([[0, 1, 3]])
+        pi_theta,
+        mu,
+        torch.ones(1, 3, dtype=torch.float64),
+        torch.ones(1, 3, dtype=torch.bool),
+        None,
+        torch.tensor([[0, 1, 3]]),
     )
     panel = ProxyPanel(["async_recompute", "linear_prox"])
     metrics = panel.metrics(DecoupledPPO(discrepancy_bounds=(0.95, 1.05)), inputs, exact, {}, 5, inputs.loss_mask)
@@ -97,7 +102,11 @@ def _token_logprobs(module: AsyncRLModule, weights: dict[str, torch.Tensor], bat
 def test_a_fixed_decay_average_of_the_panel_equals_the_debiased_average_of_the_recorded_weights():
     torch.manual_seed(0)
     module = AsyncRLModule(
-        loss=DecoupledPPO(), reference=SnapshotReference(), lr=1e-2, fidelity=True, fidelity_proxies=["async_recompute", "ewma_0.5", "ewma"]
+        loss=DecoupledPPO(),
+        reference=SnapshotReference(),
+        lr=1e-2,
+        fidelity=True,
+        fidelity_proxies=["async_recompute", "ewma_0.5", "ewma"],
     )
     mu = own_logprobs(module)
     batches = [
@@ -106,11 +115,15 @@ def test_a_fixed_decay_average_of_the_panel_equals_the_debiased_average_of_the_r
         make_batch({0: [0, 1, 2], 1: [2, 2], 2: [1], 3: [0, 2]}, [0.0, 1.0, 0.0, 1.0], behavior=mu),
     ]
     logger, recorder = RecordingLogger(), RecordWeights()
-    make_trainer(len(batches), [recorder], logger=logger).fit(module, datamodule=ListDataModule(batches, EveryVersionLive()))
+    make_trainer(len(batches), [recorder], logger=logger).fit(
+        module, datamodule=ListDataModule(batches, EveryVersionLive())
+    )
 
     # At step 2 the average is (0.25 theta_0 + 0.5 theta_1 + theta_2) / 1.75; pi_old per token from each token's version.
     weights = recorder.by_version
-    average = {name: (0.25 * weights[0][name] + 0.5 * weights[1][name] + weights[2][name]) / 1.75 for name in weights[2]}
+    average = {
+        name: (0.25 * weights[0][name] + 0.5 * weights[1][name] + weights[2][name]) / 1.75 for name in weights[2]
+    }
     batch = batches[2]
     by_version = {version: _token_logprobs(module, weights[version], batch) for version in (0, 1, 2)}
     exact = torch.zeros_like(by_version[2])
@@ -121,11 +134,17 @@ def test_a_fixed_decay_average_of_the_panel_equals_the_debiased_average_of_the_r
     row = logger.keys_at(2)
     for n in (0, 1, 2):
         tokens = batch["loss_mask"] & (gap == n)
-        assert row[f"fidelity/ewma_0.5/logratio_absmean/gap_{n}"] == pytest.approx(distance[tokens].mean().item(), abs=1e-6)
+        assert row[f"fidelity/ewma_0.5/logratio_absmean/gap_{n}"] == pytest.approx(
+            distance[tokens].mean().item(), abs=1e-6
+        )
         # the current weights are exact for the newest version only
         drift = (by_version[2] - exact).abs()[tokens].mean().item()
         assert row[f"fidelity/async_recompute/logratio_absmean/gap_{n}"] == pytest.approx(drift, abs=1e-6)
-    assert row["fidelity/async_recompute/logratio_absmean/gap_0"] < 1e-6 < row["fidelity/async_recompute/logratio_absmean/gap_2"]
+    assert (
+        row["fidelity/async_recompute/logratio_absmean/gap_0"]
+        < 1e-6
+        < row["fidelity/async_recompute/logratio_absmean/gap_2"]
+    )
     # how far the last update moved the policy, on every policy token: version 2 against version 1
     step = (by_version[2] - by_version[1]).abs()[batch["loss_mask"]]
     assert row["fidelity/version_drift_absmean"] == pytest.approx(step.mean().item(), abs=1e-6)
@@ -139,11 +158,17 @@ def test_the_drift_per_version_is_measured_when_no_token_holds_the_previous_vers
     # FakeRollouts reports only version 0 alive: the shadow frees version 1 at step 2's exact scores,
     # after the drift of step 2 (version 2 against version 1) was measured.
     torch.manual_seed(0)
-    module = AsyncRLModule(loss=DecoupledPPO(), reference=SnapshotReference(), lr=1e-2, fidelity=True, fidelity_proxies=["async_recompute"])
+    module = AsyncRLModule(
+        loss=DecoupledPPO(), reference=SnapshotReference(), lr=1e-2, fidelity=True, fidelity_proxies=["async_recompute"]
+    )
     mu = own_logprobs(module)
-    batches = [make_batch(all_version(step), [1.0, 0.0, 1.0, 0.0], behavior=mu) for step in range(3)]  # on-policy: gap 0
+    batches = [
+        make_batch(all_version(step), [1.0, 0.0, 1.0, 0.0], behavior=mu) for step in range(3)
+    ]  # on-policy: gap 0
     logger, recorder = RecordingLogger(), RecordWeights()
-    make_trainer(len(batches), [recorder], logger=logger).fit(module, datamodule=ListDataModule(batches, FakeRollouts()))
+    make_trainer(len(batches), [recorder], logger=logger).fit(
+        module, datamodule=ListDataModule(batches, FakeRollouts())
+    )
     for step in (1, 2):
         now, before = (_token_logprobs(module, recorder.by_version[v], batches[step]) for v in (step, step - 1))
         expected = (now - before).abs()[batches[step]["loss_mask"]].mean().item()

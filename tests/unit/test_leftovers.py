@@ -18,7 +18,8 @@ def test_a_new_entry_is_left_behind_once_no_process_holds_it():
     handle, name = tempfile.mkstemp(prefix="leftover_check_", dir="/tmp")
     os.close(handle)
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import sys, time; f = open({name!r}); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE
+        [sys.executable, "-c", f"import sys, time; f = open({name!r}); print(flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
     )
     try:
         holder.stdout.readline()  # the file is open in the holder
@@ -45,7 +46,9 @@ def test_a_socket_counts_while_bound_and_a_dir_while_its_owner_lives():
     assert str(path.parent) in left_behind(before)  # the socket file stays, unbound
     path.unlink()
     path.parent.rmdir()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     ours = Path(tempfile.mkdtemp(prefix=f"lit_asyncrl_run_{os.getpid()}_", dir="/tmp"))
     theirs = Path(tempfile.mkdtemp(prefix=f"lit_asyncrl_run_{gone}_", dir="/tmp"))
     try:
@@ -62,10 +65,10 @@ def test_a_semaphore_waits_for_a_live_resource_tracker_outside_the_run(tmp_path)
     before = listing()
     semaphore = Path("/dev/shm") / f"sem.mp-leftover-check-{os.getpid()}"
     semaphore.write_bytes(b"")
-    tracker_code = (
-        "from multiprocessing import resource_tracker as t; t.ensure_running(); print(t._resource_tracker._pid, flush=True); input()"
+    tracker_code = "from multiprocessing import resource_tracker as t; t.ensure_running(); print(t._resource_tracker._pid, flush=True); input()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", tracker_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    holder = subprocess.Popen([sys.executable, "-c", tracker_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         foreign = int(holder.stdout.readline())  # the holder's tracker runs
         # Every other live tracker stands for the run's own processes here.

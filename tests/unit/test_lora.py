@@ -31,7 +31,11 @@ def test_the_optimizer_sees_only_the_adapter(model_path):
     module = AsyncRLModule(model_path=model_path, lora=LoRASettings(rank=8))
     optimized = [p for group in module.configure_optimizers().param_groups for p in group["params"]]
     # r * (in + out) per adapted projection, per layer.
-    assert sum(p.numel() for p in optimized) == TINY_LAYERS * sum(8 * (i + o) for i, o in TINY_PROJECTIONS.values()) == 32_768
+    assert (
+        sum(p.numel() for p in optimized)
+        == TINY_LAYERS * sum(8 * (i + o) for i, o in TINY_PROJECTIONS.values())
+        == 32_768
+    )
     adapter_ids = {id(p) for name, p in module.policy.named_parameters() if ".lora_A." in name or ".lora_B." in name}
     assert {id(p) for p in optimized} == adapter_ids
 
@@ -43,7 +47,9 @@ def test_the_adapter_sent_to_the_engine_is_its_factors_in_pefts_names(model_path
     b = tensors["base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight"]
     assert (tuple(a.shape), tuple(b.shape)) == ((4, 128), (64, 4))
     assert tuple(tensors["base_model.model.model.layers.0.mlp.down_proj.lora_A.weight"].shape) == (4, 256)
-    assert 4 * sum(t.numel() for t in tensors.values()) == 4 * TINY_LAYERS * sum(4 * (i + o) for i, o in TINY_PROJECTIONS.values())
+    assert 4 * sum(t.numel() for t in tensors.values()) == 4 * TINY_LAYERS * sum(
+        4 * (i + o) for i, o in TINY_PROJECTIONS.values()
+    )
 
 
 def test_merged_weights_reproduce_the_adapted_policy_under_the_models_own_names(model_path):
@@ -61,7 +67,8 @@ def test_merged_weights_reproduce_the_adapted_policy_under_the_models_own_names(
     # Computed beside the base weights: the wrapped layers are left exactly as they were.
     weight = policy.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
     assert torch.equal(
-        weight, AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).model.layers[0].self_attn.q_proj.weight
+        weight,
+        AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).model.layers[0].self_attn.q_proj.weight,
     )
 
 
@@ -109,13 +116,17 @@ def test_combinations_the_engines_cannot_serve_are_refused():
     with pytest.raises(ValueError, match=r"model.lora .* and rollout.lora .* differ"):
         check_lora_supported(adapter, LoRASettings(), SnapshotReference(), strategy=None)
     for reference, name in ((InterruptSyncReference(), "interrupt_sync"), (DedicatedReference(), "dedicated")):
-        with pytest.raises(ValueError, match=f"reference={name} with model.lora.push=adapter needs model.lora.in_flight=move"):
+        with pytest.raises(
+            ValueError, match=f"reference={name} with model.lora.push=adapter needs model.lora.in_flight=move"
+        ):
             check_lora_supported(adapter, adapter, reference, strategy=None)
         moving = LoRASettings(rank=8, in_flight="move")
         check_lora_supported(moving, moving, reference, strategy=None)  # turns in flight move at a push
         check_lora_supported(merged, merged, reference, strategy=None)  # full weights: as without LoRA
     check_lora_supported(adapter, adapter, SnapshotReference(), strategy=None)
-    with pytest.raises(ValueError, match="model.lora.rank=8 under trainer.strategy=fsdp2: not supported yet; use trainer.strategy=ddp"):
+    with pytest.raises(
+        ValueError, match="model.lora.rank=8 under trainer.strategy=fsdp2: not supported yet; use trainer.strategy=ddp"
+    ):
         check_lora_supported(adapter, adapter, SnapshotReference(), strategy=FSDP2Strategy())
     check_lora_supported(LoRASettings(), LoRASettings(), SnapshotReference(), strategy=FSDP2Strategy())  # no adapter
 
@@ -128,7 +139,9 @@ def test_a_checkpoint_holds_what_trains_and_a_resume_takes_the_rest_from_the_mod
                 parameter.normal_(0, 0.1)  # as after some steps
     checkpoint = {"state_dict": module.state_dict()}
     module.on_save_checkpoint(checkpoint)
-    assert len(checkpoint["state_dict"]) == 28 and all(".lora_" in name for name in checkpoint["state_dict"])  # no base weight
+    assert len(checkpoint["state_dict"]) == 28 and all(
+        ".lora_" in name for name in checkpoint["state_dict"]
+    )  # no base weight
     resumed = AsyncRLModule(model_path=model_path, lora=LoRASettings(rank=8))
     resumed.on_load_checkpoint(checkpoint)
     resumed.load_state_dict(checkpoint["state_dict"])  # strict: the frozen weights are back

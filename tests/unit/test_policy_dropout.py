@@ -14,7 +14,9 @@ from lit_asyncrl.rollout.old_logits.dedicated import DedicatedScorer
 
 def saved_gpt2_with_dropout(folder) -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=23, n_positions=16, n_embd=16, n_layer=2, n_head=2, summary_first_dropout=0.2))
+    model = GPT2LMHeadModel(
+        GPT2Config(vocab_size=23, n_positions=16, n_embd=16, n_layer=2, n_head=2, summary_first_dropout=0.2)
+    )
     model.save_pretrained(folder)
     return model
 
@@ -51,6 +53,8 @@ def test_the_dedicated_worker_scores_like_an_eval_copy(tmp_path):
     request_id, version, scores, _ = scorer.handle(("score", 7, [tokens], [[2, 3, 5]], 1.0, -1, 0))
     with torch.no_grad():
         logprobs = copy.deepcopy(model).eval()(torch.tensor([tokens])).logits.log_softmax(-1)[0]
-    expected = [logprobs[position - 1, tokens[position]].item() for position in (2, 3, 5)]  # each token given its prefix
+    expected = [
+        logprobs[position - 1, tokens[position]].item() for position in (2, 3, 5)
+    ]  # each token given its prefix
     assert (request_id, version) == (7, 3)
     torch.testing.assert_close(torch.tensor(scores[0]), torch.tensor(expected), rtol=0, atol=1e-6)

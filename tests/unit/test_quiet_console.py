@@ -77,7 +77,9 @@ def test_lightnings_note_on_a_non_empty_log_dir_is_replaced_by_ours(tmp_path):
         warnings.simplefilter("default")
         quiet_known_warnings()
         (tmp_path / ".hydra").mkdir()
-        trainer = L.Trainer(logger=CSVLogger(tmp_path, name="", version=""), enable_progress_bar=False, enable_model_summary=False)
+        trainer = L.Trainer(
+            logger=CSVLogger(tmp_path, name="", version=""), enable_progress_bar=False, enable_model_summary=False
+        )
         warn_of_replaced_metrics(trainer)  # a fresh run dir: nothing to say
         trainer.logger.log_metrics({"a": 1.0}, step=0)
         trainer.logger.save()

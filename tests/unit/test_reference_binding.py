@@ -93,7 +93,12 @@ def test_tokens_of_a_version_without_a_snapshot_get_nan_and_a_warning(recwarn):
     reference.bind(KeepsPending())
     reference.retention.save_version(3, module=torch.nn.Linear(2, 2))  # only the newest, 3, is resident
     versions = torch.tensor([[-1, 1, 3]])  # a prompt token, a token of version 1 (restored, no snapshot), one of 3
-    batch = {"input_ids": torch.zeros(1, 3, dtype=torch.long), "attention_mask": torch.ones(1, 3), "temperature": 1.0, "top_k": -1}
+    batch = {
+        "input_ids": torch.zeros(1, 3, dtype=torch.long),
+        "attention_mask": torch.ones(1, 3),
+        "temperature": 1.0,
+        "top_k": -1,
+    }
     batch["loss_mask"] = torch.tensor([[False, True, True]])
     current = torch.tensor([[0.0, -0.5, -0.25]])
     scores = reference.logprobs_under(batch, versions, current)

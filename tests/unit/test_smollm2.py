@@ -49,7 +49,9 @@ def test_weights_are_fp32_with_tied_embeddings(smol_model):
 
 def test_tokenizer_speaks_chatml(smol_tokenizer):
     assert smol_tokenizer.chat_template
-    text = smol_tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    text = smol_tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert "<|im_start|>user\nhi<|im_end|>" in text
     assert text.endswith("<|im_start|>assistant\n")
     assert smol_tokenizer.eos_token == "<|im_end|>"

@@ -9,7 +9,9 @@ from lit_asyncrl.rollout.records import Trajectory, training_batch
 from lit_asyncrl.trainer_callbacks import TrainedEpisodesWriter
 
 
-def trajectory(group_id: int, prompt: list[int], sampled: list[int], mu: list[float], versions: list[int], reward: float) -> Trajectory:
+def trajectory(
+    group_id: int, prompt: list[int], sampled: list[int], mu: list[float], versions: list[int], reward: float
+) -> Trajectory:
     return Trajectory(
         token_ids=prompt + sampled,
         loss_mask=[False] * len(prompt) + [True] * len(sampled),
@@ -28,7 +30,10 @@ def test_each_episode_is_one_line_with_its_own_tokens_versions_and_mu(tmp_path):
     long = trajectory(7, [5, 6], [9, 10, 11], [-0.5, -0.25, -2.0], [3, 3, 4], 1.0)
     short = trajectory(8, [5, 6], [12], [-1.0], [4], 0.0)
     batch = training_batch([long, short], pad_id=0, task_names=(), temperature=1.0, top_k=-1)
-    writer, trainer = TrainedEpisodesWriter(tmp_path / "trained_episodes"), SimpleNamespace(global_step=12, global_rank=0, world_size=1)
+    writer, trainer = (
+        TrainedEpisodesWriter(tmp_path / "trained_episodes"),
+        SimpleNamespace(global_step=12, global_rank=0, world_size=1),
+    )
     writer.on_train_batch_start(trainer, None, None, 0)  # a module that pulls its own batch: none yet
     trainer.global_step = 13  # the optimizer step taken: the file keeps the step the batch was trained at
     writer.on_train_batch_end(trainer, None, torch.tensor(0.0), batch, 0)

@@ -100,10 +100,14 @@ def test_version_gaps_are_trainer_version_minus_token_versions():
     assert last["train/policy_tokens/gap_2"] == 2.0
     # A bucket without tokens in a step is absent from that step's rows, never a repeated old value.
     assert not any(key.endswith(("/gap_1", "/gap_2")) for key in logger.keys_at(0))
-    assert logger.keys_at(1)["train/policy_tokens/gap_1"] == 3.0 and "train/policy_tokens/gap_2" not in logger.keys_at(1)
+    assert logger.keys_at(1)["train/policy_tokens/gap_1"] == 3.0 and "train/policy_tokens/gap_2" not in logger.keys_at(
+        1
+    )
 
 
-@pytest.mark.parametrize("missing", ["configure", "next_batch", "publish_weights", "live_versions", "state_dict", "close"])
+@pytest.mark.parametrize(
+    "missing", ["configure", "next_batch", "publish_weights", "live_versions", "state_dict", "close"]
+)
 def test_a_service_missing_part_of_the_protocol_is_refused_naming_who_needs_it(missing):
     from types import SimpleNamespace
 
@@ -113,7 +117,10 @@ def test_a_service_missing_part_of_the_protocol_is_refused_naming_who_needs_it(m
     trainer = SimpleNamespace(datamodule=SimpleNamespace(rollouts=incomplete))
     with pytest.raises(TypeError, match="^EngineWeightSync needs a rollout service"):
         rollouts_of(trainer, "EngineWeightSync")
-    assert rollouts_of(SimpleNamespace(datamodule=SimpleNamespace(rollouts=FakeRollouts())), "EngineWeightSync") is not None
+    assert (
+        rollouts_of(SimpleNamespace(datamodule=SimpleNamespace(rollouts=FakeRollouts())), "EngineWeightSync")
+        is not None
+    )
 
 
 def test_the_module_trains_on_any_datamodule_that_yields_the_schema():
@@ -124,7 +131,9 @@ def test_the_module_trains_on_any_datamodule_that_yields_the_schema():
     trainer = make_trainer(2, [metrics])
     trainer.fit(
         module,
-        datamodule=PlainDataModule([make_batch(all_version(0), [1.0, 0.0, 0.0, 0.0]), make_batch(all_version(0), [1.0, 1.0, 0.0, 0.0])]),
+        datamodule=PlainDataModule(
+            [make_batch(all_version(0), [1.0, 0.0, 0.0, 0.0]), make_batch(all_version(0), [1.0, 1.0, 0.0, 0.0])]
+        ),
     )
     assert trainer.global_step == 2
     assert [step["train/task_success"] for step in metrics.per_step] == [0.25, 0.5]
@@ -136,13 +145,25 @@ def test_a_mixtures_batches_log_training_success_per_task_present():
     module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
     names = ("desk", "desk_customer", "guess_number")
     # Step 1: rows 0-1 desk, rows 2-3 the game; step 2: rows 0-1 the desk with a customer, rows 2-3 the desk.
-    first = {**make_batch(all_version(0), [1.0, 0.0, 1.0, 1.0]), "task_ids": torch.tensor([0, 0, 2, 2]), "task_names": names}
-    second = {**make_batch(all_version(1), [0.0, 0.0, 1.0, 0.0]), "task_ids": torch.tensor([1, 1, 0, 0]), "task_names": names}
+    first = {
+        **make_batch(all_version(0), [1.0, 0.0, 1.0, 1.0]),
+        "task_ids": torch.tensor([0, 0, 2, 2]),
+        "task_names": names,
+    }
+    second = {
+        **make_batch(all_version(1), [0.0, 0.0, 1.0, 0.0]),
+        "task_ids": torch.tensor([1, 1, 0, 0]),
+        "task_names": names,
+    }
     logger = RecordingLogger()
     trainer = make_trainer(2, [], logger=logger)
     trainer.fit(module, datamodule=PlainDataModule([first, second]))
     per_task = [
-        {key: value for key, value in logger.keys_at(step).items() if key.endswith("/task_success") and key.count("/") == 2}
+        {
+            key: value
+            for key, value in logger.keys_at(step).items()
+            if key.endswith("/task_success") and key.count("/") == 2
+        }
         for step in (0, 1)
     ]
     # A task without an episode in a step has no value in that step's row.
@@ -159,7 +180,10 @@ def test_non_finite_mu_from_the_engine_is_masked_and_counted_and_the_loss_stays_
     recorder = StepMetrics()
     trainer = make_trainer(1, [recorder])
     trainer.fit(
-        module, datamodule=ListDataModule([make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0], behavior=broken)], FakeRollouts())
+        module,
+        datamodule=ListDataModule(
+            [make_batch(all_version(0), success=[1.0, 0.0, 1.0, 1.0], behavior=broken)], FakeRollouts()
+        ),
     )
 
     (metrics,) = recorder.per_step

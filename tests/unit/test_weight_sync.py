@@ -118,7 +118,12 @@ def test_timings_are_logged_summed():
 
 def test_datamodule_without_rollouts_is_refused_by_name():
     trainer = L.Trainer(
-        max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False, callbacks=[EngineWeightSync()]
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=[EngineWeightSync()],
     )
 
     class NoRollouts(L.LightningDataModule):

@@ -37,7 +37,9 @@ def test_each_rank_gets_the_whole_tensor_and_plain_tensors_pass_through(tmp_path
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     # Forked, the ranks start with this process's imports (spawned, each imported torch and the
     # test module again: 10 s of the fast suite's minute).
-    mp.start_processes(_rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True, start_method="fork")
+    mp.start_processes(
+        _rank, args=(2, str(tmp_path / "store"), str(tmp_path)), nprocs=2, join=True, start_method="fork"
+    )
     expected = torch.arange(12.0).reshape(4, 3)
     for rank in range(2):
         result = torch.load(tmp_path / f"{rank}.pt")

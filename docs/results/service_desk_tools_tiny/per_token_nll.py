@@ -21,7 +21,10 @@ path = build_tiny_policy()
 tokenizer = AutoTokenizer.from_pretrained(path)
 policy = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
 env = ServiceDeskToolsEnv()
-print("warm-start nll", WarmStart(steps=400, lr=1e-3, batch_size=64, seed=0).run(policy, env, tokenizer, enable_progress_bar=False))
+print(
+    "warm-start nll",
+    WarmStart(steps=400, lr=1e-3, batch_size=64, seed=0).run(policy, env, tokenizer, enable_progress_bar=False),
+)
 policy.eval()
 episode_format = episode_formats_for(tokenizer, env)[None]
 for trajectory in demonstration_trajectories(env, {None: episode_format}, 8, random.Random(5)):

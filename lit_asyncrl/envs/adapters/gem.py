@@ -227,7 +227,9 @@ class GemEnv(Environment):
             try:
                 instructions.format(**vars(probe))
             except (KeyError, IndexError, ValueError) as error:
-                raise ValueError(f"env.instructions={instructions!r} does not format with the game's attributes: {error!r}") from error
+                raise ValueError(
+                    f"env.instructions={instructions!r} does not format with the game's attributes: {error!r}"
+                ) from error
         self.append_suffix = self._game_class not in FIXED_SUFFIX if append_suffix is None else bool(append_suffix)
         self.max_turns = int(max_turns) if max_turns is not None else self._game_max_turns(probe)
         self._keys: dict[int, str] = {}
@@ -256,7 +258,9 @@ class GemEnv(Environment):
             observation = self.instructions.format(**vars(game))
         return observation + self._suffix(info)
 
-    def transition(self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]) -> Transition:
+    def transition(
+        self, observation: str, reward: float, terminated: bool, truncated: bool, info: Mapping[str, Any]
+    ) -> Transition:
         if self._single_turn:
             success = terminated and reward >= 1.0
             text = "" if "TERMINAL_STATE" in observation else f"\n{observation}\n"  # gem's rg:* end marker

@@ -46,4 +46,7 @@ def _guess_the_number_solver(game: Any):
 
 
 #: A scripted solver per gem game class: a generator that yields guesses and is sent gem's feedback.
-SOLVERS: dict[str, Callable[[Any], Any]] = {"MastermindEnv": _mastermind_solver, "GuessTheNumberEnv": _guess_the_number_solver}
+SOLVERS: dict[str, Callable[[Any], Any]] = {
+    "MastermindEnv": _mastermind_solver,
+    "GuessTheNumberEnv": _guess_the_number_solver,
+}

@@ -50,7 +50,9 @@ def import_reasoning_gym() -> Any:
     try:
         import reasoning_gym
     except ImportError as error:
-        raise ImportError("env=reasoning_gym needs the 'reasoning-gym' extra: pip install -e \".[reasoning-gym]\"") from error
+        raise ImportError(
+            "env=reasoning_gym needs the 'reasoning-gym' extra: pip install -e \".[reasoning-gym]\""
+        ) from error
     return reasoning_gym
 
 
@@ -148,7 +150,9 @@ class ReasoningGymEnv(Environment):
         super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
         reasoning_gym = import_reasoning_gym()  # first: a missing extra fails before any work
         if task not in reasoning_gym.factory.DATASETS:
-            raise ValueError(f"env.task={task!r} is not a reasoning-gym task; tasks: {', '.join(sorted(reasoning_gym.factory.DATASETS))}")
+            raise ValueError(
+                f"env.task={task!r} is not a reasoning-gym task; tasks: {', '.join(sorted(reasoning_gym.factory.DATASETS))}"
+            )
         if size < 1:
             raise ValueError(f"env.size must be >= 1, got {size}")
         if not isinstance(turn_stop, str) or not turn_stop:
@@ -174,7 +178,9 @@ class ReasoningGymEnv(Environment):
             try:
                 self.dataset = reasoning_gym.create_dataset(task, size=self.size, seed=self.seed, **self.config)
             except (TypeError, ValueError, AssertionError) as error:
-                raise ValueError(f"env.config={self.config} does not fit reasoning-gym task {task!r}: {error}") from error
+                raise ValueError(
+                    f"env.config={self.config} does not fit reasoning-gym task {task!r}: {error}"
+                ) from error
         self._entries: dict[int, dict[str, Any]] = {}
 
     def entry(self, index: int) -> dict[str, Any]:
@@ -197,7 +203,9 @@ class ReasoningGymEnv(Environment):
             index = rng.randrange(self.size)
             if not self.ascii_only or self._printable(index):
                 return index
-        raise ValueError(f"env.ascii_only: no entry of {self.task!r} in 1000 draws is printable ASCII; set env.ascii_only=false")
+        raise ValueError(
+            f"env.ascii_only: no entry of {self.task!r} in 1000 draws is printable ASCII; set env.ascii_only=false"
+        )
 
     def new_episode(self, instance: int) -> ReasoningGymEpisode:
         return ReasoningGymEpisode(self, int(instance))
@@ -214,8 +222,12 @@ class ReasoningGymEnv(Environment):
         entry = self.entry(int(instance))
         answer = str(entry["answer"])
         if self.turn_stop in answer:
-            raise ValueError(f"{self.task} answer {answer!r} holds env.turn_stop={self.turn_stop!r}; pick another turn_stop")
+            raise ValueError(
+                f"{self.task} answer {answer!r} holds env.turn_stop={self.turn_stop!r}; pick another turn_stop"
+            )
         result = self.new_episode(instance).step(answer + self.turn_stop)
         if not result.success:
-            raise ValueError(f"{self.task}: its scorer gives its own answer {answer!r} {result.reward}; no demonstration")
+            raise ValueError(
+                f"{self.task}: its scorer gives its own answer {answer!r} {result.reward}; no demonstration"
+            )
         return [(answer + self.turn_stop, result.observation)]

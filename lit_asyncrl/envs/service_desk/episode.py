@@ -20,7 +20,9 @@ MAX_USER_ANSWER_CHARS = 80
 class ServiceDeskEpisode:
     """One conversation; it owns its copy of the database's statuses (the only mutable part)."""
 
-    def __init__(self, instance: DeskInstance, refund_window_days: int, max_turns: int, malformed_reward: float) -> None:
+    def __init__(
+        self, instance: DeskInstance, refund_window_days: int, max_turns: int, malformed_reward: float
+    ) -> None:
         self.instance = instance
         self.max_turns = max_turns
         self.malformed_reward = malformed_reward
@@ -56,7 +58,9 @@ class ServiceDeskEpisode:
 
     def _continue(self, observation: str, reward: float, info: dict | None = None) -> Transition:
         # Out of turns without a reply: cut short, and never a success.
-        return Transition(observation, reward, terminated=False, truncated=self.turns >= self.max_turns, info=info or {})
+        return Transition(
+            observation, reward, terminated=False, truncated=self.turns >= self.max_turns, info=info or {}
+        )
 
 
 class DeskConversation(ServiceDeskEpisode):
@@ -68,7 +72,12 @@ class DeskConversation(ServiceDeskEpisode):
     """
 
     def __init__(
-        self, instance: DeskInstance, user: SimulatedUser, refund_window_days: int, max_turns: int, malformed_reward: float
+        self,
+        instance: DeskInstance,
+        user: SimulatedUser,
+        refund_window_days: int,
+        max_turns: int,
+        malformed_reward: float,
     ) -> None:
         super().__init__(instance, refund_window_days, max_turns, malformed_reward)
         self.user = user

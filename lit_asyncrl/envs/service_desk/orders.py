@@ -55,7 +55,9 @@ class CustomerGoal:
 
     @property
     def instructions(self) -> str:
-        want = f"to know where your {self.item} is" if self.request == "where" else f"to {self.request} your {self.item}"
+        want = (
+            f"to know where your {self.item} is" if self.request == "where" else f"to {self.request} your {self.item}"
+        )
         return (
             f"You are a customer writing to an online shop's service desk. You want {want}; its order number "
             f"is {self.order_id}. Answer the agent's question in a few words, and give the order number when asked."
@@ -70,7 +72,9 @@ class CustomerGoal:
 class DeskDifficulty:
     num_orders: int  # orders in the customer's database
     requests: tuple[str, ...]  # request kinds drawn (uniformly)
-    edge_days: int | None  # delivered orders lie within this many days of the window's edge; None = anywhere in 1..2*window
+    edge_days: (
+        int | None
+    )  # delivered orders lie within this many days of the window's edge; None = anywhere in 1..2*window
 
 
 DIFFICULTIES = {

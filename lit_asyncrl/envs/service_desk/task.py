@@ -38,7 +38,15 @@ from lit_asyncrl.envs.base import Environment, call_blocking
 from lit_asyncrl.envs.resources import EngineMaker
 from lit_asyncrl.envs.service_desk.agent import ScriptedAgent
 from lit_asyncrl.envs.service_desk.episode import DeskConversation, ServiceDeskEpisode
-from lit_asyncrl.envs.service_desk.orders import DIFFICULTIES, ITEMS, REPLY_WORDS, STATUSES, TOO_OLD_SHARE, DeskInstance, Order
+from lit_asyncrl.envs.service_desk.orders import (
+    DIFFICULTIES,
+    ITEMS,
+    REPLY_WORDS,
+    STATUSES,
+    TOO_OLD_SHARE,
+    DeskInstance,
+    Order,
+)
 from lit_asyncrl.envs.users.simulated import CooperativeUser, SimulatedUser
 
 
@@ -88,7 +96,9 @@ class ServiceDeskEnv(Environment):
         if not malformed_reward <= 0:
             raise ValueError(f"env.malformed_reward must be <= 0 (a penalty), got {malformed_reward}")
         if user is not None and not isinstance(user, SimulatedUser):
-            raise TypeError(f"env.user must be a SimulatedUser (e.g. lit_asyncrl.envs.CooperativeUser) or null, got {user!r}")
+            raise TypeError(
+                f"env.user must be a SimulatedUser (e.g. lit_asyncrl.envs.CooperativeUser) or null, got {user!r}"
+            )
         if max_turns < 3 + (user is not None):
             needed = "ask, look, act, reply" if user is not None else "look, act, reply"
             raise ValueError(f"env.max_turns must be >= {3 + (user is not None)} ({needed}), got {max_turns}")
@@ -117,7 +127,9 @@ class ServiceDeskEnv(Environment):
         orders = [requested, *others]
         if self.user is not None:
             # The customer names the order by its item, so each item names one order.
-            orders = [dataclasses.replace(order, item=item) for order, item in zip(orders, rng.sample(ITEMS, len(orders)))]
+            orders = [
+                dataclasses.replace(order, item=item) for order, item in zip(orders, rng.sample(ITEMS, len(orders)))
+            ]
         orders.sort(key=lambda order: order.order_id)
         return DeskInstance(orders=tuple(orders), request=request, order_id=requested.order_id)
 
@@ -170,7 +182,9 @@ class ServiceDeskEnv(Environment):
                 return Order(order_id, rng.choice(ITEMS), "delivered", self._delivered_days(rng, within_window=False))
             return self._order_with_status(order_id, rng.choice(["placed", "shipped", "cancelled"]), rng)
         if request == "cancel":
-            return self._order_with_status(order_id, "placed" if act else rng.choice(["shipped", "delivered", "cancelled"]), rng)
+            return self._order_with_status(
+                order_id, "placed" if act else rng.choice(["shipped", "delivered", "cancelled"]), rng
+            )
         return self._random_order(order_id, rng)
 
     def _random_order(self, order_id: int, rng: random.Random) -> Order:

@@ -110,7 +110,9 @@ class ServiceDeskToolsEnv(ToolEnv):
     ) -> None:
         super().__init__(tool_parser, tool_timeout_s, call_error_reward, max_turns, latency_s, episode_timeout_s)
         # The text desk draws the instances and checks the shared settings.
-        self.desk = ServiceDeskEnv(difficulty, refund_window_days, call_error_reward, max_turns, held_out_fraction, user)
+        self.desk = ServiceDeskEnv(
+            difficulty, refund_window_days, call_error_reward, max_turns, held_out_fraction, user
+        )
         self.refund_window_days, self.held_out_fraction, self.user = refund_window_days, held_out_fraction, user
 
     def generate_instance(self, rng: random.Random) -> DeskInstance:
@@ -123,7 +125,13 @@ class ServiceDeskToolsEnv(ToolEnv):
         return DeskState(instance, self.user)
 
     def tools(self, state: DeskState) -> list[Any]:
-        return [state.look, state.refund, state.cancel, state.reply, *([state.ask_customer] if self.user is not None else [])]
+        return [
+            state.look,
+            state.refund,
+            state.cancel,
+            state.reply,
+            *([state.ask_customer] if self.user is not None else []),
+        ]
 
     def opening(self, instance: DeskInstance) -> list[dict[str, Any]]:
         if self.user is not None:  # the customer names the item; the order's number is theirs to give
@@ -153,4 +161,9 @@ class ServiceDeskToolsEnv(ToolEnv):
         write, reply = decide(instance.request, requested.status, requested.days, self.refund_window_days)
         asked = [[ToolCall("ask_customer", {"question": "What is the order number?"})]] if self.user is not None else []
         acted = [[ToolCall(write, {"order_id": instance.order_id})]] if write is not None else []
-        return [*asked, [ToolCall("look", {"order_id": instance.order_id})], *acted, [ToolCall("reply", {"message": reply})]]
+        return [
+            *asked,
+            [ToolCall("look", {"order_id": instance.order_id})],
+            *acted,
+            [ToolCall("reply", {"message": reply})],
+        ]

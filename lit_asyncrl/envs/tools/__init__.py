@@ -4,4 +4,15 @@ from lit_asyncrl.envs.tools.calls import ERROR_REASONS, AssistantTurn, ToolCall,
 from lit_asyncrl.envs.tools.tool import Tool, as_tool
 from lit_asyncrl.envs.tools.tool_env import Grade, ToolEnv, ToolEpisode
 
-__all__ = ["ERROR_REASONS", "AssistantTurn", "Grade", "Tool", "ToolCall", "ToolEnv", "ToolEpisode", "ToolMessage", "ToolOpening", "as_tool"]
+__all__ = [
+    "ERROR_REASONS",
+    "AssistantTurn",
+    "Grade",
+    "Tool",
+    "ToolCall",
+    "ToolEnv",
+    "ToolEpisode",
+    "ToolMessage",
+    "ToolOpening",
+    "as_tool",
+]

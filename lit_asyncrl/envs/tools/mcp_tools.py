@@ -38,7 +38,9 @@ class McpServerTools:
         start_timeout_s: the most seconds the server may take to start and list its tools.
     """
 
-    def __init__(self, command: str, args: Sequence[str] = (), env: dict[str, str] | None = None, start_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, command: str, args: Sequence[str] = (), env: dict[str, str] | None = None, start_timeout_s: float = 60.0
+    ) -> None:
         self.command, self.args, self.env, self.start_timeout_s = command, list(args), env, start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -74,7 +76,10 @@ class McpServerTools:
         with tempfile.TemporaryFile("w+") as errlog:
             try:
                 parameters = StdioServerParameters(command=self.command, args=self.args, env=self.env)
-                async with stdio_client(parameters, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+                async with (
+                    stdio_client(parameters, errlog=errlog) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
                     await session.initialize()
                     self._listed = list((await session.list_tools()).tools)
                     self._session = session
@@ -85,7 +90,9 @@ class McpServerTools:
                     errlog.seek(0)
                     said = errlog.read()[-2000:]
                     ready.set_exception(
-                        RuntimeError(f"the MCP server `{self.command} {' '.join(self.args)}` did not start: {error!r}\n{said}")
+                        RuntimeError(
+                            f"the MCP server `{self.command} {' '.join(self.args)}` did not start: {error!r}\n{said}"
+                        )
                     )
                 elif not isinstance(error, asyncio.CancelledError):
                     raise
@@ -100,7 +107,11 @@ class McpServerTools:
             Tool(
                 {
                     "type": "function",
-                    "function": {"name": tool.name, "description": tool.description or "", "parameters": tool.input_schema},
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description or "",
+                        "parameters": tool.input_schema,
+                    },
                 },
                 self._caller(tool.name),
             )
@@ -112,7 +123,9 @@ class McpServerTools:
             session, loop = self._session, self._loop
             if session is None or loop is None:
                 raise McpToolError("the MCP server is not running")
-            result = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), loop))
+            result = await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(session.call_tool(name, arguments), loop)
+            )
             text = "\n".join(getattr(item, "text", "") for item in result.content)
             if result.is_error:
                 raise McpToolError(text)

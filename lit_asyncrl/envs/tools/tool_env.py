@@ -150,7 +150,9 @@ class ToolEpisode:
         tools = [as_tool(tool) for tool in env.tools(self.state)]
         self.tools: dict[str, Tool] = {tool.name: tool for tool in tools}
         if len(self.tools) != len(tools):
-            raise ValueError(f"{type(env).__name__}.tools gives two tools of the same name: {[tool.name for tool in tools]}")
+            raise ValueError(
+                f"{type(env).__name__}.tools gives two tools of the same name: {[tool.name for tool in tools]}"
+            )
         self.transcript: list[dict[str, Any]] = []
         self.turns = 0
 
@@ -163,7 +165,9 @@ class ToolEpisode:
         self.turns += 1
         self.transcript.append(turn.message())
         if turn.unparsable:
-            answers = [ToolMessage("Error: the tool call could not be parsed (write it as valid JSON)", error=UNPARSABLE)]
+            answers = [
+                ToolMessage("Error: the tool call could not be parsed (write it as valid JSON)", error=UNPARSABLE)
+            ]
         elif not turn.calls:
             return self._end(terminated=True, answers=[])
         else:
@@ -176,7 +180,9 @@ class ToolEpisode:
     def _end(self, terminated: bool, answers: list[ToolMessage]) -> Transition:
         reward, success = self.env.grade(self.state, list(self.transcript))
         info = {**_counts(answers), "success": bool(success)}
-        return Transition(answers, float(reward) + self._penalty(answers), terminated=terminated, truncated=not terminated, info=info)
+        return Transition(
+            answers, float(reward) + self._penalty(answers), terminated=terminated, truncated=not terminated, info=info
+        )
 
     def _penalty(self, answers: list[ToolMessage]) -> float:
         return self.env.call_error_reward * sum(answer.error not in (None, TIMEOUT) for answer in answers)
@@ -185,14 +191,23 @@ class ToolEpisode:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(self.tools)
-            return ToolMessage(f"Error: there is no tool named {call.name!r} (the tools: {known})", call.name, call.call_id, UNKNOWN_TOOL)
+            return ToolMessage(
+                f"Error: there is no tool named {call.name!r} (the tools: {known})",
+                call.name,
+                call.call_id,
+                UNKNOWN_TOOL,
+            )
         problem = tool.argument_errors(call.arguments)
         if problem is not None:
-            return ToolMessage(f"Error: invalid arguments for {call.name}: {problem}", call.name, call.call_id, INVALID_ARGUMENTS)
+            return ToolMessage(
+                f"Error: invalid arguments for {call.name}: {problem}", call.name, call.call_id, INVALID_ARGUMENTS
+            )
         try:
             result = await asyncio.wait_for(_call(tool, call.arguments), self.env.tool_timeout_s)
         except TimeoutError:
-            return ToolMessage(f"Error: {call.name} took longer than {self.env.tool_timeout_s:g} s", call.name, call.call_id, TIMEOUT)
+            return ToolMessage(
+                f"Error: {call.name} took longer than {self.env.tool_timeout_s:g} s", call.name, call.call_id, TIMEOUT
+            )
         except Exception as error:  # the tool's own failure is the model's to read, not the run's
             return ToolMessage(f"Error: {call.name} failed: {error}", call.name, call.call_id, TOOL_ERROR)
         return ToolMessage(_as_text(result), call.name, call.call_id)

@@ -60,7 +60,9 @@ class LLMUser(SimulatedUser):
         if dtype not in DTYPES:
             raise ValueError(f"env.user.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len <= max_reply_tokens:
-            raise ValueError(f"env.user.max_model_len must be an integer above max_reply_tokens={max_reply_tokens}, got {max_model_len!r}")
+            raise ValueError(
+                f"env.user.max_model_len must be an integer above max_reply_tokens={max_reply_tokens}, got {max_model_len!r}"
+            )
         if not kv_cache_gib > 0:
             raise ValueError(f"env.user.kv_cache_gib must be > 0, got {kv_cache_gib}")
         self.model, self.max_reply_tokens, self.temperature = model, max_reply_tokens, float(temperature)
@@ -104,9 +106,14 @@ class LLMUser(SimulatedUser):
         prompt_ids = user_prompt_ids(self._tokenizer, goal.instructions, conversation)
         room = self.max_model_len - len(prompt_ids)
         if room < 1:
-            raise ValueError(f"the conversation ({len(prompt_ids)} tokens) fills env.user.max_model_len={self.max_model_len}")
+            raise ValueError(
+                f"the conversation ({len(prompt_ids)} tokens) fills env.user.max_model_len={self.max_model_len}"
+            )
         request = engine.generate(
-            prompt_ids, max_tokens=min(self.max_reply_tokens, room), temperature=self.temperature, stop_token_ids=self._stop_ids
+            prompt_ids,
+            max_tokens=min(self.max_reply_tokens, room),
+            temperature=self.temperature,
+            stop_token_ids=self._stop_ids,
         )
         turn = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(request, engine.loop))
         return self._tokenizer.decode(turn.token_ids, skip_special_tokens=True)

@@ -66,11 +66,15 @@ class EngineSettings:
             raise ValueError(f"{config_key('rollout.dtype')} must be one of {DTYPES}, got {self.dtype!r}")
         require_int("max_model_len", self.max_model_len, 2)
         if not 0.0 < self.kv_cache_fraction <= 1.0:
-            raise ValueError(f"{config_key('rollout.kv_cache_fraction')} must be in (0, 1], got {self.kv_cache_fraction}")
+            raise ValueError(
+                f"{config_key('rollout.kv_cache_fraction')} must be in (0, 1], got {self.kv_cache_fraction}"
+            )
         if self.kv_cache_gib is not None and not self.kv_cache_gib > 0:
             raise ValueError(f"{config_key('rollout.kv_cache_gib')} must be > 0 or null, got {self.kv_cache_gib}")
         if str(self.engine_log_level).upper() not in LOG_LEVELS:
-            raise ValueError(f"{config_key('rollout.engine_log_level')} must be one of {LOG_LEVELS}, got {self.engine_log_level!r}")
+            raise ValueError(
+                f"{config_key('rollout.engine_log_level')} must be one of {LOG_LEVELS}, got {self.engine_log_level!r}"
+            )
         require_positive("engine_stall_timeout_s", self.engine_stall_timeout_s)
         require_int("tensor_parallel_size", self.tensor_parallel_size, 1)
         require_int("data_parallel_size", self.data_parallel_size, 1)
@@ -120,7 +124,9 @@ def parallelism_args(config: EngineSettings, device_type: str) -> dict[str, int]
     return sizes
 
 
-def engine_args(model_path: str, config: EngineSettings, device_type: str, seed: int, route_arguments: dict[str, Any]) -> Any:
+def engine_args(
+    model_path: str, config: EngineSettings, device_type: str, seed: int, route_arguments: dict[str, Any]
+) -> Any:
     """vLLM's `AsyncEngineArgs` for an engine with `config` on `device_type` sampling from `seed`,
     taking its weights by a route that needs `route_arguments` (`WeightRoute.engine_arguments`)."""
     from vllm import AsyncEngineArgs
@@ -148,7 +154,9 @@ def engine_args(model_path: str, config: EngineSettings, device_type: str, seed:
     )
 
 
-def sampling_params(max_tokens: int, temperature: float, top_k: int, stop_token_ids: Sequence[int], ignore_eos: bool) -> Any:
+def sampling_params(
+    max_tokens: int, temperature: float, top_k: int, stop_token_ids: Sequence[int], ignore_eos: bool
+) -> Any:
     """vLLM's sampling parameters of one request: streamed in deltas, token ids only, with mu."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -183,7 +191,9 @@ def vllm_device_type() -> str:
     return current_platform.device_type
 
 
-def vllm_config(model_path: str, config: EngineSettings, device_type: str, seed: int, route_arguments: dict[str, Any]) -> Any:
+def vllm_config(
+    model_path: str, config: EngineSettings, device_type: str, seed: int, route_arguments: dict[str, Any]
+) -> Any:
     """vLLM's engine config for `config` on `device_type`, with one CPU worker in the engine core."""
     chosen_start_method = os.environ.get(START_METHOD_VARIABLE)
     try:
@@ -206,7 +216,9 @@ def vllm_config(model_path: str, config: EngineSettings, device_type: str, seed:
 
 def engine_core_environment(settings: EngineSettings, config: Any) -> dict[str, str]:
     """The environment the engine-core process of vLLM config `config` starts with."""
-    in_process = config.parallel_config.distributed_executor_backend == "uni" and config.device_config.device_type == "cpu"
+    in_process = (
+        config.parallel_config.distributed_executor_backend == "uni" and config.device_config.device_type == "cpu"
+    )
     # vLLM's sockets and the engine core's temp files go to this process's run dir (`temp_dirs.py`).
     environment = engine_environment()
     # No /dev/shm/sem.mp-* file outlives an engine core killed with its resource tracker.
@@ -220,7 +232,9 @@ def engine_core_environment(settings: EngineSettings, config: Any) -> dict[str, 
         environment["OMP_NUM_THREADS"] = "1"
     if in_process and os.environ.get(START_METHOD_VARIABLE) != "spawn":
         # Forked, the engine core skips the imports a spawned one repeats (`engine_core_fork.py`).
-        environment.update(forked_engine_core_environment(quiet=settings.engine_log_level.upper() in ("ERROR", "CRITICAL")))
+        environment.update(
+            forked_engine_core_environment(quiet=settings.engine_log_level.upper() in ("ERROR", "CRITICAL"))
+        )
     elif config.device_config.device_type == "cpu":
         environment[START_METHOD_VARIABLE] = "spawn"  # what vLLM's CPU platform asks for its processes
     if config.device_config.device_type == "cpu":

@@ -51,7 +51,9 @@ _ENGINE_CREATION = threading.Lock()
 class VLLMEngine(EngineLoop):
     """A vLLM `AsyncLLM` running on a background thread with its own asyncio loop (an `Engine`)."""
 
-    def __init__(self, model_path: str | Path, settings: EngineSettings = EngineSettings(), *, seed: int = 0, max_loras: int = 4) -> None:
+    def __init__(
+        self, model_path: str | Path, settings: EngineSettings = EngineSettings(), *, seed: int = 0, max_loras: int = 4
+    ) -> None:
         """`seed`: what the engine samples from; `max_loras`: with adapters as versions, the adapters one
         engine step may run at once (vLLM's `max_loras`: the live versions' and the newest)."""
         self.model_path = str(model_path)
@@ -118,7 +120,9 @@ class VLLMEngine(EngineLoop):
     async def _create_llm(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        config = vllm_config(self.model_path, self.settings, vllm_device_type(), self.seed, self._route.engine_arguments())
+        config = vllm_config(
+            self.model_path, self.settings, vllm_device_type(), self.seed, self._route.engine_arguments()
+        )
         environment = engine_core_environment(self.settings, config)
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
@@ -224,10 +228,14 @@ class VLLMEngine(EngineLoop):
 
         from lit_asyncrl.rollout.engine.settings import sampling_params
 
-        async def stream(prompt: list[int], tokens: int, lora_request: Any, request_id: str) -> tuple[list[int], list[float], Any]:
+        async def stream(
+            prompt: list[int], tokens: int, lora_request: Any, request_id: str
+        ) -> tuple[list[int], list[float], Any]:
             params = sampling_params(tokens, temperature, top_k, stop_token_ids, ignore_eos)
             token_ids, logprobs, final = [], [], None
-            outputs = self._llm.generate(TokensPrompt(prompt_token_ids=prompt), params, request_id=request_id, lora_request=lora_request)
+            outputs = self._llm.generate(
+                TokensPrompt(prompt_token_ids=prompt), params, request_id=request_id, lora_request=lora_request
+            )
             if self._requests_in_flight == 0:
                 self._progress()  # an idle engine starts its stall clock with the first request
             self._requests_in_flight += 1
@@ -235,7 +243,9 @@ class VLLMEngine(EngineLoop):
                 async for message in outputs:
                     self._progress()
                     completion = message.outputs[0]
-                    new_logprobs = [entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())]
+                    new_logprobs = [
+                        entry[token].logprob for token, entry in zip(completion.token_ids, completion.logprobs or ())
+                    ]
                     token_ids.extend(completion.token_ids)
                     logprobs.extend(new_logprobs)
                     if on_tokens is not None and completion.token_ids:
@@ -269,7 +279,9 @@ class VLLMEngine(EngineLoop):
         """Load a version's weights and label what follows `version`: `load.prepare` while the
         engine generates, then pause -> `load.swap` -> label -> resume. Returns the seconds the
         engine stood still; bounded by the stall timeout, so a hung engine cannot hold the trainer."""
-        return self.run(self._load_version(load, version), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
+        return self.run(
+            self._load_version(load, version), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push"
+        )
 
     async def _load_version(self, load: VersionLoad, version: int) -> float:
         await load.prepare(self._llm)
@@ -294,7 +306,11 @@ class VLLMEngine(EngineLoop):
         self.version = version  # after the adapter is the newest: no token is older than its group's start
         if not (self._paused or self.settings.lora.moves_turns):
             return None
-        return self.run(self._move_turns(resume=self._paused), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
+        return self.run(
+            self._move_turns(resume=self._paused),
+            timeout_s=self.settings.engine_stall_timeout_s,
+            stalled="a weight push",
+        )
 
     def trainer_address(self) -> str:
         """Where this engine's workers reach the trainer: this machine."""
@@ -303,12 +319,17 @@ class VLLMEngine(EngineLoop):
     def weight_sync_client(self) -> EngineWeightSyncClient:
         """vLLM's weight-sync control plane of this engine, callable from the trainer thread."""
         return EngineWeightSyncClient(
-            lambda step: self.run(step, timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push"), self._llm
+            lambda step: self.run(step, timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push"),
+            self._llm,
         )
 
     def set_version(self, version: int) -> None:
         """Label what the engine samples from now on `version` (after weights arrived another way)."""
-        self.run(self._llm.update_weight_version(str(version)), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
+        self.run(
+            self._llm.update_weight_version(str(version)),
+            timeout_s=self.settings.engine_stall_timeout_s,
+            stalled="a weight push",
+        )
         self.version = version
 
     def pause(self) -> None:

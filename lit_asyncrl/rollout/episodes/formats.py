@@ -65,7 +65,9 @@ class PlainFormat(EpisodeFormat):
         super().__init__(tokenizer, env)
         ids = tokenizer.encode(env.turn_stop, add_special_tokens=False)
         if len(ids) != 1 or ids[0] == getattr(tokenizer, "unk_token_id", None):
-            raise ValueError(f"env.turn_stop={env.turn_stop!r} must be a single token of the policy's tokenizer, got ids {ids}")
+            raise ValueError(
+                f"env.turn_stop={env.turn_stop!r} must be a single token of the policy's tokenizer, got ids {ids}"
+            )
         self.stop_token_ids = [ids[0], tokenizer.eos_token_id]
 
     def open(self, trajectory: Trajectory, first_observation: str) -> None:
@@ -99,13 +101,17 @@ class ChatTemplateFormat(EpisodeFormat):
     def __init__(self, tokenizer: Any, env: Environment) -> None:
         super().__init__(tokenizer, env)
         head = [{"role": "system", "content": env.system_prompt}] if getattr(env, "system_prompt", None) else []
-        self._opening = _split(self._render([*head, {"role": "user", "content": _CONTENT}], True), _CONTENT, "the first user message")
+        self._opening = _split(
+            self._render([*head, {"role": "user", "content": _CONTENT}], True), _CONTENT, "the first user message"
+        )
         earlier = [*head, {"role": "user", "content": "hello"}, {"role": "assistant", "content": _ASSISTANT}]
         rendered = self._render(earlier, False)
         closing = rendered[rendered.rindex(_ASSISTANT) + len(_ASSISTANT) :]
         closing_ids = tokenizer.encode(closing, add_special_tokens=False)
         if not closing_ids or closing_ids[0] not in tokenizer.all_special_ids:
-            raise ValueError(f"the chat template closes an assistant message with {closing!r}: no end-of-turn special token found there")
+            raise ValueError(
+                f"the chat template closes an assistant message with {closing!r}: no end-of-turn special token found there"
+            )
         self.end_of_turn_id = closing_ids[0]
         end_of_turn_text = tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
         if not closing.startswith(end_of_turn_text):
@@ -113,7 +119,9 @@ class ChatTemplateFormat(EpisodeFormat):
                 f"the chat template's assistant closing {closing!r} does not start with its end-of-turn token {end_of_turn_text!r}"
             )
         self._after_end_of_turn = closing[len(end_of_turn_text) :]
-        self.observation_role, self._answer = self._answer_template(earlier, rendered, getattr(env, "observation_role", "user"))
+        self.observation_role, self._answer = self._answer_template(
+            earlier, rendered, getattr(env, "observation_role", "user")
+        )
 
         # Answers of the other speaker a task may relay (a simulated user beside tools, or tools beside a user).
         default_role = getattr(env, "observation_role", "user")
@@ -142,7 +150,9 @@ class ChatTemplateFormat(EpisodeFormat):
                     "tokenized incrementally; use a template that renders a conversation message by message"
                 )
             return candidate, _split(extended[len(rendered) :], _CONTENT, f"a {candidate} message")
-        raise ValueError(f"the chat template renders neither a {role!r} nor a 'user' message after an assistant message")
+        raise ValueError(
+            f"the chat template renders neither a {role!r} nor a 'user' message after an assistant message"
+        )
 
     def open(self, trajectory: Trajectory, first_observation: str) -> None:
         before, after = self._opening
@@ -151,7 +161,9 @@ class ChatTemplateFormat(EpisodeFormat):
     def add_observation(self, trajectory: Trajectory, observation: str) -> None:
         role = self._role_of(observation)
         if role not in self._answers:
-            raise ValueError(f"{self.env_name}.observation_role_of answered {role!r}: expected one of {sorted(self._answers)}")
+            raise ValueError(
+                f"{self.env_name}.observation_role_of answered {role!r}: expected one of {sorted(self._answers)}"
+            )
         before, after = self._answers[role][1]
         closed = trajectory.token_ids and trajectory.token_ids[-1] == self.end_of_turn_id
         ids = self._encode(self._after_end_of_turn + before + observation + after, "step")

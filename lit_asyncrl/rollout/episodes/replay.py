@@ -60,14 +60,19 @@ class EpisodeReplay:
         recorded = self.recorded
         length = len(trajectory.token_ids)
         shared = min(length, len(recorded.token_ids))
-        same = trajectory.token_ids[:shared] == recorded.token_ids[:shared] and trajectory.loss_mask[:shared] == recorded.loss_mask[:shared]
+        same = (
+            trajectory.token_ids[:shared] == recorded.token_ids[:shared]
+            and trajectory.loss_mask[:shared] == recorded.loss_mask[:shared]
+        )
         turns = trajectory.num_turns
         if turns < recorded.num_turns:
             same = same and length == recorded.turn_starts[turns]
         elif turns == recorded.num_turns and recorded.token_ids and not self._ends_with_a_turn():
             same = same and length == len(recorded.token_ids)  # (an empty recording: the episode had not begun)
         if not same:
-            raise ReplayMismatch(f"the environment answered otherwise than before the resume (after turn {turns}, {length} tokens)")
+            raise ReplayMismatch(
+                f"the environment answered otherwise than before the resume (after turn {turns}, {length} tokens)"
+            )
 
     def turn(self, trajectory: Trajectory, index: int) -> RecordedTurn | None:
         """The recorded answered turn `index` (0-based), which starts where `trajectory` ends now;
@@ -77,7 +82,9 @@ class EpisodeReplay:
             return None
         start = recorded.turn_starts[index]
         if start != len(trajectory.token_ids):
-            raise ReplayMismatch(f"turn {index} started at token {len(trajectory.token_ids)}, at {start} before the resume")
+            raise ReplayMismatch(
+                f"turn {index} started at token {len(trajectory.token_ids)}, at {start} before the resume"
+            )
         end = start
         while end < len(recorded.token_ids) and recorded.loss_mask[end]:
             end += 1

@@ -85,7 +85,9 @@ async def play_episode(
                 await settings.call_env(close)
             except Exception as error:  # a failing close loses nothing the episode produced
                 trajectory.env_failure = trajectory.env_failure or "env_error"
-                trajectory.env_failure_message = trajectory.env_failure_message or f"{type(env).__name__} close: {error!r}"
+                trajectory.env_failure_message = (
+                    trajectory.env_failure_message or f"{type(env).__name__} close: {error!r}"
+                )
     return trajectory
 
 
@@ -143,12 +145,16 @@ async def _play_turns(
             return
         trajectory.turn_starts.append(len(trajectory.token_ids))
         recorded = replay.turn(trajectory, index) if replay is not None else None
-        turn = await _take_turn(engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), settings.sampling)
+        turn = await _take_turn(
+            engine, episode_format, trajectory, recorded, min(env.max_turn_tokens, room), settings.sampling
+        )
         trajectory.num_turns += 1
         trajectory.committed = len(trajectory.token_ids)
         if turn.finish_reason == "length" and room < env.max_turn_tokens:
             trajectory.cut_off = "context"  # the turn ran into the end of the context, not its own limit
-        result = _as_transition(await _env_call(settings.call_env, env, episode.step, episode_format.action(turn.token_ids)), env)
+        result = _as_transition(
+            await _env_call(settings.call_env, env, episode.step, episode_format.action(turn.token_ids)), env
+        )
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
@@ -174,7 +180,10 @@ async def _take_turn(
     if recorded is not None:
         append_recorded(trajectory, recorded)
         return TurnOutput(
-            recorded.token_ids, recorded.logprobs, recorded.versions, "length" if len(recorded.token_ids) >= max_tokens else "stop"
+            recorded.token_ids,
+            recorded.logprobs,
+            recorded.versions,
+            "length" if len(recorded.token_ids) >= max_tokens else "stop",
         )
     turn_start = len(trajectory.token_ids)
     turn = await engine.generate(
@@ -190,10 +199,14 @@ async def _take_turn(
     return turn
 
 
-def _add_observation(episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment) -> None:
+def _add_observation(
+    episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment
+) -> None:
     if not isinstance(observation, episode_format.observation_types):
         expected = " or ".join(kind.__name__ for kind in episode_format.observation_types)
-        raise EnvironmentFailure("env_malformed", f"{type(env).__name__}: observations must be {expected}, got {observation!r}")
+        raise EnvironmentFailure(
+            "env_malformed", f"{type(env).__name__}: observations must be {expected}, got {observation!r}"
+        )
     try:
         add(trajectory, observation)
     except UnencodableTextError as error:

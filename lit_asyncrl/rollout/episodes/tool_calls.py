@@ -33,7 +33,11 @@ _ASSISTANT = "\x1flit-asyncrl-assistant\x1f"
 #: A schema only used to ask a chat template whether it renders tools.
 _PROBE_TOOL = {
     "type": "function",
-    "function": {"name": "lit_asyncrl_probe", "description": "probe", "parameters": {"type": "object", "properties": {}}},
+    "function": {
+        "name": "lit_asyncrl_probe",
+        "description": "probe",
+        "parameters": {"type": "object", "properties": {}},
+    },
 }
 
 
@@ -57,7 +61,9 @@ class ToolCallParser:
     def parse_turn(self, turn_ids: list[int], stop_token_ids: list[int]) -> AssistantTurn:
         """A sampled turn, its stop tokens left out. Special tokens stay: some models' call markers
         are special tokens (as vLLM's parsers expect)."""
-        return self.parse(self.tokenizer.decode([i for i in turn_ids if i not in stop_token_ids], skip_special_tokens=False))
+        return self.parse(
+            self.tokenizer.decode([i for i in turn_ids if i not in stop_token_ids], skip_special_tokens=False)
+        )
 
     def parse(self, text: str) -> AssistantTurn:
         # A turn the parser cannot read is answered and counted here (`unparsable`); the parser
@@ -72,7 +78,9 @@ class ToolCallParser:
         if not extracted.tools_called:
             # Parsers read a turn whole: a turn that opened a call and yields none held a bad one.
             return AssistantTurn(text, (), unparsable=self.call_opening is not None and self.call_opening in text)
-        calls = tuple(ToolCall(call.function.name, _arguments(call.function.arguments), call.id) for call in extracted.tool_calls)
+        calls = tuple(
+            ToolCall(call.function.name, _arguments(call.function.arguments), call.id) for call in extracted.tool_calls
+        )
         return AssistantTurn(extracted.content or "", calls)
 
 
@@ -96,7 +104,10 @@ def hermes_tools_prompt(schemas: list[dict[str, Any]]) -> str:
 
 def hermes_calls(turn: AssistantTurn) -> str:
     """A turn's text and calls in the Hermes format (the fallback's demonstrations)."""
-    blocks = [f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>" for call in turn.calls]
+    blocks = [
+        f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+        for call in turn.calls
+    ]
     return "\n".join([turn.content, *blocks] if turn.content else blocks)
 
 
@@ -115,7 +126,9 @@ class ChatToolFormat(ChatTemplateFormat):
         self._earlier_rendered = self._render(self._earlier, False)
 
     def _render_with_tools(self, messages: list[dict], tools: list[dict] | None, generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
 
     def open(self, trajectory: Trajectory, opening: ToolOpening) -> None:
         messages = list(opening.messages)
@@ -168,8 +181,12 @@ class ChatToolFormat(ChatTemplateFormat):
         else:
             text = hermes_calls(turn)
         parsed = self.parser.parse(text)
-        if [(call.name, call.arguments) for call in parsed.calls] != [(call.name, call.arguments) for call in turn.calls]:
-            raise ValueError(f"env.tool_parser={self.parser.name!r} does not read back the demonstrated calls rendered as {text!r}")
+        if [(call.name, call.arguments) for call in parsed.calls] != [
+            (call.name, call.arguments) for call in turn.calls
+        ]:
+            raise ValueError(
+                f"env.tool_parser={self.parser.name!r} does not read back the demonstrated calls rendered as {text!r}"
+            )
         return [*self._encode(text, "demonstration"), self.end_of_turn_id]
 
     def _after_end_of_turn_closing(self) -> str:

@@ -60,14 +60,18 @@ class DedicatedScorer:
 
                 unexpected = set_peft_model_state_dict(self.model, state_dict).unexpected_keys
                 if unexpected:
-                    raise ValueError(f"the adapter of version {self.version} has tensors the worker's adapter lacks: {unexpected[:3]}")
+                    raise ValueError(
+                        f"the adapter of version {self.version} has tensors the worker's adapter lacks: {unexpected[:3]}"
+                    )
             else:
                 self.model.load_state_dict(state_dict)
             return None
         _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
         start = time.perf_counter()
         requests = [ScoreRequest(None, tokens, positions) for tokens, positions in zip(token_lists, position_lists)]
-        scores = score_requests(model_score_fn(self.model), requests, temperature=temperature, top_k=top_k, pad_id=pad_id)
+        scores = score_requests(
+            model_score_fn(self.model), requests, temperature=temperature, top_k=top_k, pad_id=pad_id
+        )
         return (request_id, self.version, scores, time.perf_counter() - start)
 
 
@@ -90,7 +94,9 @@ class DedicatedWorkerProcess:
         context = mp.get_context("spawn")
         self._inbox = context.Queue()
         self._outbox = context.Queue()
-        self._process = context.Process(target=_worker_main, args=(model_path, self._inbox, self._outbox, num_threads, lora), daemon=True)
+        self._process = context.Process(
+            target=_worker_main, args=(model_path, self._inbox, self._outbox, num_threads, lora), daemon=True
+        )
         self._process.start()
 
     def send(self, message: tuple) -> None:
@@ -201,7 +207,17 @@ class DedicatedWorker:
         self._waiting[request_id] = (requests, future)
         token_lists = [r.token_ids for r in requests]
         position_lists = [r.positions for r in requests]
-        self._worker.send(("score", request_id, token_lists, position_lists, self.sampling.temperature, self.sampling.top_k, self.pad_id))
+        self._worker.send(
+            (
+                "score",
+                request_id,
+                token_lists,
+                position_lists,
+                self.sampling.temperature,
+                self.sampling.top_k,
+                self.pad_id,
+            )
+        )
         return future
 
     def _read_replies(self) -> None:

@@ -60,7 +60,9 @@ def exit_code(status: object) -> int:
 
 def in_engine_core() -> bool:
     """Whether this is one of vLLM's engine-core processes (spawned, and named by vLLM)."""
-    return multiprocessing.parent_process() is not None and multiprocessing.current_process().name.startswith(ENGINE_CORE_PROCESS_PREFIX)
+    return multiprocessing.parent_process() is not None and multiprocessing.current_process().name.startswith(
+        ENGINE_CORE_PROCESS_PREFIX
+    )
 
 
 def _exit_now() -> None:

@@ -46,7 +46,9 @@ def run_dir() -> Path:
             # Removed at exit after multiprocessing's own temp dir (`pymp-*`, made here once `tempfile`
             # points here), which its exit function removes with priority -100: an `atexit` handler of
             # ours would run first and that removal would print a FileNotFoundError traceback.
-            multiprocessing.util.Finalize(None, shutil.rmtree, args=(str(_run_dir),), kwargs={"ignore_errors": True}, exitpriority=-200)
+            multiprocessing.util.Finalize(
+                None, shutil.rmtree, args=(str(_run_dir),), kwargs={"ignore_errors": True}, exitpriority=-200
+            )
             # Also when this process ends without its exit handlers (killed, or an exit that skips
             # them): a reaper of its own removes the dir once the process is gone.
             from lit_asyncrl.rollout.processes.reaper import start_reaper

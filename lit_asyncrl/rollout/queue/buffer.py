@@ -87,7 +87,11 @@ class RolloutBuffer:
                 "pending": sum(len(group) for group in self._groups),
                 **self.by_task,
                 **self._filter_counts(),
-                **({"restored": self.restored, "restored_trained": self.restored_trained} if self._restored_groups else {}),
+                **(
+                    {"restored": self.restored, "restored_trained": self.restored_trained}
+                    if self._restored_groups
+                    else {}
+                ),
                 **({"resumed_trained": self.resumed_trained} if self._resumed_groups else {}),
             }
 
@@ -232,7 +236,9 @@ class RolloutBuffer:
                     return taken
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"waited {timeout_s} s for {num_groups} rollout groups, have {len(self._groups)}")
+                    raise TimeoutError(
+                        f"waited {timeout_s} s for {num_groups} rollout groups, have {len(self._groups)}"
+                    )
                 self._condition.wait(remaining if remaining is not None else 1.0)
 
     def _drop_stale(self) -> None:
@@ -240,7 +246,9 @@ class RolloutBuffer:
         fresh = collections.deque()
         stale = []
         for group in self._groups:
-            (fresh if _oldest_version(group) is None or _oldest_version(group) >= oldest_allowed else stale).append(group)
+            (fresh if _oldest_version(group) is None or _oldest_version(group) >= oldest_allowed else stale).append(
+                group
+            )
         for group in stale:
             self.dropped["stale"] += len(group)
             self._count_tasks(group, "dropped_stale")

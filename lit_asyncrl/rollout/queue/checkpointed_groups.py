@@ -44,7 +44,9 @@ def groups_from_state(state: list[list[dict]]) -> list[list[Trajectory]]:
             unknown = sorted(set(fields) - known)
             if unknown:
                 raise ValueError(f"a checkpointed episode has fields this version does not know: {', '.join(unknown)}")
-            values = {name: (collections.Counter(value) if name in _COUNTERS else value) for name, value in fields.items()}
+            values = {
+                name: (collections.Counter(value) if name in _COUNTERS else value) for name, value in fields.items()
+            }
             trajectories.append(Trajectory(**values))
         groups.append(trajectories)
     return groups
@@ -54,7 +56,9 @@ def _trajectory_state(trajectory: Trajectory) -> dict:
     state = {}
     for field in dataclasses.fields(Trajectory):
         value = getattr(trajectory, field.name)
-        state[field.name] = dict(value) if field.name in _COUNTERS else (list(value) if isinstance(value, list) else value)
+        state[field.name] = (
+            dict(value) if field.name in _COUNTERS else (list(value) if isinstance(value, list) else value)
+        )
     return state
 
 
@@ -83,7 +87,9 @@ def not_settled(in_flight: list[dict], settled: set[int]) -> list[dict]:
 
 def next_group_id(restored: list[list[Trajectory]], in_flight: list[dict]) -> int:
     """The first id past every group a resume put back, pending or in flight."""
-    ids = [trajectory.group_id for group in restored for trajectory in group] + [group["group_id"] for group in in_flight]
+    ids = [trajectory.group_id for group in restored for trajectory in group] + [
+        group["group_id"] for group in in_flight
+    ]
     return max(ids, default=-1) + 1
 
 

@@ -119,7 +119,9 @@ class RolloutProducer:
         self.settings = settings
         self.dedicated = dedicated
         window = settings.env_failure_window
-        self.stats = ProducerStats(recent_failures=collections.deque(maxlen=window), recent_tool_calls=collections.deque(maxlen=window))
+        self.stats = ProducerStats(
+            recent_failures=collections.deque(maxlen=window), recent_tool_calls=collections.deque(maxlen=window)
+        )
         # This producer's own counts, which a replacement starts over.
         self.groups_started = 0
         #: Groups started in place of one the buffer's filter dropped.
@@ -133,7 +135,9 @@ class RolloutProducer:
         # One thread per episode that can be in flight: a slow synchronous tool holds only its own.
         self.call_env = EnvCaller(max_workers=settings.max_concurrent_groups * settings.group_size)
         #: How every episode is played, but for its seed and recording.
-        self.episode_settings = EpisodeSettings(call_env=self.call_env, sampling=settings.sampling, max_context=settings.max_context)
+        self.episode_settings = EpisodeSettings(
+            call_env=self.call_env, sampling=settings.sampling, max_context=settings.max_context
+        )
         self.rng = random.Random(settings.seed)
         self.group_ids = settings.group_ids if settings.group_ids is not None else itertools.count()
         self.admits = settings.admits if settings.admits is not None else lambda: True
@@ -221,7 +225,12 @@ class RolloutProducer:
                 quota = None if groups_per_version is None else groups_per_version + refills
                 sync_quota_used = quota is not None and started_for_version >= quota
                 full = len(self._in_flight) >= self.settings.max_concurrent_groups
-                if sync_quota_used or full or not self.admits() or not self.buffer.try_reserve(self.settings.group_size):
+                if (
+                    sync_quota_used
+                    or full
+                    or not self.admits()
+                    or not self.buffer.try_reserve(self.settings.group_size)
+                ):
                     await asyncio.sleep(0.005)
                     continue
                 # Registered before its task first runs: a checkpoint or the trainer's release of
@@ -244,7 +253,9 @@ class RolloutProducer:
         episodes are trained on (their advantages are computed among themselves)."""
         kept = []
         for trajectory in trajectories:
-            if trajectory.env_failure == "restart":  # replayed otherwise after a resume: not the environment's failure rate
+            if (
+                trajectory.env_failure == "restart"
+            ):  # replayed otherwise after a resume: not the environment's failure rate
                 self.buffer.drop_produced(1, "restart")
                 continue
             failure = trajectory.env_failure or ("timeout" if trajectory.timed_out else None)
@@ -299,8 +310,14 @@ class RolloutProducer:
             recorded = resumed_episodes(resumed)
             self.stats.resumed_episodes += len(recorded)
         # An episode that had ended before the checkpoint is kept as it was; the others start anew.
-        trajectories = [episode if episode is not None and episode.finished else Trajectory(group_id=group_id) for episode in recorded]
-        versions = [self.engine.version, *(episode.oldest_version for episode in recorded if episode and episode.num_policy_tokens)]
+        trajectories = [
+            episode if episode is not None and episode.finished else Trajectory(group_id=group_id)
+            for episode in recorded
+        ]
+        versions = [
+            self.engine.version,
+            *(episode.oldest_version for episode in recorded if episode and episode.num_policy_tokens),
+        ]
         self._start_versions[group_id] = min(versions)
         group = _Group(group_id, instance, seeds, trajectories, recorded)
         self._groups[group_id] = group
@@ -317,7 +334,9 @@ class RolloutProducer:
             for trajectory, seed, recorded in zip(trajectories, group.seeds, group.recorded):
                 if not trajectory.finished:
                     settings = dataclasses.replace(self.episode_settings, seed=seed, recorded=recorded)
-                    episodes.append(play_instance(self.engine, self.env, self.episode_formats, group.instance, trajectory, settings))
+                    episodes.append(
+                        play_instance(self.engine, self.env, self.episode_formats, group.instance, trajectory, settings)
+                    )
             await asyncio.gather(*episodes)
             self._groups.pop(group_id, None)  # played: from here on no checkpoint records it in flight
             self.stats.timed_out_episodes += sum(trajectory.timed_out for trajectory in trajectories)
@@ -359,18 +378,27 @@ class RolloutProducer:
             try:
                 instance = pickle.dumps(group.instance)
             except Exception as error:  # generated anew after a resume
-                warnings.warn(f"a group's instance cannot be pickled ({error!r}): it is not in this checkpoint", stacklevel=2)
+                warnings.warn(
+                    f"a group's instance cannot be pickled ({error!r}): it is not in this checkpoint", stacklevel=2
+                )
                 continue
             episodes = [committed_part(trajectory) for trajectory in group.trajectories]
             states.append(
-                {"group_id": group.group_id, "instance": instance, "seeds": list(group.seeds), "episodes": groups_to_state([episodes])[0]}
+                {
+                    "group_id": group.group_id,
+                    "instance": instance,
+                    "seeds": list(group.seeds),
+                    "episodes": groups_to_state([episodes])[0],
+                }
             )
         return states + list(self.resumed_groups)  # those not restarted yet are still owed
 
 
 def oldest_recorded_version(group: dict) -> int | None:
     """The oldest version among a recorded group's sampled tokens (None: none sampled yet)."""
-    versions = [v for episode in group["episodes"] for v, sampled in zip(episode["versions"], episode["loss_mask"]) if sampled]
+    versions = [
+        v for episode in group["episodes"] for v, sampled in zip(episode["versions"], episode["loss_mask"]) if sampled
+    ]
     return min(versions, default=None)
 
 

@@ -21,14 +21,20 @@ class DedicatedWorkerActor:
     """
 
     def __init__(
-        self, model_path: str, num_threads: int, lora: LoRASettings = LoRASettings(), placement: RayPlacement = RayPlacement()
+        self,
+        model_path: str,
+        num_threads: int,
+        lora: LoRASettings = LoRASettings(),
+        placement: RayPlacement = RayPlacement(),
     ) -> None:
         import ray
 
         RAY_RUNTIME.acquire(placement.address)
         self._runtime_held = True
         actor_class = ray.remote(DedicatedScorer)
-        self._actor = actor_class.options(num_cpus=placement.num_cpus, num_gpus=placement.num_gpus).remote(model_path, num_threads, lora)
+        self._actor = actor_class.options(num_cpus=placement.num_cpus, num_gpus=placement.num_gpus).remote(
+            model_path, num_threads, lora
+        )
         self._replies: collections.deque = collections.deque()  # refs of score requests, in order
         self._dead: str | None = None
         self._probe: Any = None  # an outstanding liveness check (answered after queued requests)

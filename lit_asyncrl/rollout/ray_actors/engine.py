@@ -32,7 +32,9 @@ from lit_asyncrl.rollout.weights.route import WeightPush
 class EngineActor:
     """The Ray actor's body: a `VLLMEngine` started in the actor process (made a Ray actor class at launch)."""
 
-    def __init__(self, model_path: str, settings: EngineSettings, initial_version: int, seed: int, max_loras: int) -> None:
+    def __init__(
+        self, model_path: str, settings: EngineSettings, initial_version: int, seed: int, max_loras: int
+    ) -> None:
         self.engine = VLLMEngine(model_path, settings, seed=seed, max_loras=max_loras)
         self.engine.start(initial_version)
         #: Streamed pieces the engine has produced, all turns together (see `RayEngine.pause`).
@@ -51,7 +53,9 @@ class EngineActor:
             here.call_soon_threadsafe(pieces.put_nowait, ("tokens", ids, logprobs))
 
         turn = asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(self.engine.generate(prompt_ids, on_tokens=on_tokens, **sampling), self.engine.loop)
+            asyncio.run_coroutine_threadsafe(
+                self.engine.generate(prompt_ids, on_tokens=on_tokens, **sampling), self.engine.loop
+            )
         )
         try:
             while not (turn.done() and pieces.empty()):
@@ -219,7 +223,11 @@ class RayEngine(EngineLoop):
 
     # -- generation (called inside the local loop) ------------------------------------------
     async def generate(
-        self, prompt_ids: Sequence[int], *, on_tokens: Callable[[list[int], list[float]], None] | None = None, **sampling: Any
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        on_tokens: Callable[[list[int], list[float]], None] | None = None,
+        **sampling: Any,
     ) -> TurnOutput:
         """`VLLMEngine.generate` (the same sampling arguments), sampled by the actor's engine and
         streamed here piece by piece."""
@@ -243,14 +251,18 @@ class RayEngine(EngineLoop):
         try:
             return self._route.push(self, state_dict, version)
         except ray.exceptions.RayError as error:
-            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})") from error
+            raise EngineDeadError(
+                f"the vLLM engine died: its Ray actor failed a weight push ({type(error).__name__})"
+            ) from error
 
     def push_in_actor(self, tensors: Mapping[str, torch.Tensor], version: int) -> WeightPush:
         """Hand `tensors` (on the CPU) to the actor's engine, which pushes them by its own route."""
         import ray
 
         try:
-            pushed = ray.get(self._actor.push_weights.remote(tensors, version), timeout=self.settings.engine_stall_timeout_s)
+            pushed = ray.get(
+                self._actor.push_weights.remote(tensors, version), timeout=self.settings.engine_stall_timeout_s
+            )
         except ray.exceptions.GetTimeoutError:
             raise EngineDeadError(
                 f"the vLLM engine stopped answering: a weight push got no answer within {self.settings.engine_stall_timeout_s:g} s"
@@ -297,4 +309,6 @@ class RayEngine(EngineLoop):
         try:
             return ray.get(getattr(self._actor, method).remote(*args), timeout=self.settings.engine_stall_timeout_s)
         except ray.exceptions.RayError as error:
-            raise EngineDeadError(f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})") from error
+            raise EngineDeadError(
+                f"the vLLM engine died: its Ray actor failed a {method} ({type(error).__name__})"
+            ) from error

@@ -9,7 +9,9 @@ from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 
 def start_frozen_engine(model: FrozenModel) -> VLLMEngine:
     """A started engine serving `model` in this process; no version is ever pushed to it."""
-    settings = EngineSettings(dtype=model.dtype, max_model_len=model.max_model_len, kv_cache_gib=model.kv_cache_bytes / 2**30)
+    settings = EngineSettings(
+        dtype=model.dtype, max_model_len=model.max_model_len, kv_cache_gib=model.kv_cache_bytes / 2**30
+    )
     engine = VLLMEngine(model.path, settings, seed=model.seed)
     try:
         engine.start()

@@ -46,7 +46,9 @@ class HeldOutEvaluator:
         self.max_context = max_context
         self.task_names = tuple(task_names)
 
-    def evaluate(self, engines: Sequence[Engine], instances: Sequence[Any], samples: int, timeout_s: float) -> dict[str, torch.Tensor]:
+    def evaluate(
+        self, engines: Sequence[Engine], instances: Sequence[Any], samples: int, timeout_s: float
+    ) -> dict[str, torch.Tensor]:
         """`success` and `rewards` [instances, samples], `greedy_success` [instances] (and task columns)."""
         # Instances dealt round-robin over the engines, which play their shares at the same time.
         shares = [list(range(lane, len(instances), len(engines))) for lane in range(len(engines))]

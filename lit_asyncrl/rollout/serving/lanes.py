@@ -108,7 +108,9 @@ class EngineLanes:
 
     def dead_engines(self) -> list[tuple[int, str]]:
         """(lane, why) for every lane whose engine died."""
-        reasons = [(lane, engine.dead_reason() if engine is not None else None) for lane, engine in enumerate(self.engines)]
+        reasons = [
+            (lane, engine.dead_reason() if engine is not None else None) for lane, engine in enumerate(self.engines)
+        ]
         return [(lane, reason) for lane, reason in reasons if reason is not None]
 
     def live_engines(self) -> list[Engine]:

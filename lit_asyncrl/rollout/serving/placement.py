@@ -20,10 +20,16 @@ def placement_factories(settings: ScaleOutSettings) -> tuple[Callable[..., Any],
         return VLLMEngine, DedicatedWorkerProcess
     if importlib.util.find_spec("ray") is None:
         placement_key = config_key("rollout.placement")
-        raise ValueError(f'{placement_key}=ray needs Ray: pip install "lit-asyncrl[ray]" (or set {placement_key}=local)')
+        raise ValueError(
+            f'{placement_key}=ray needs Ray: pip install "lit-asyncrl[ray]" (or set {placement_key}=local)'
+        )
     from lit_asyncrl.rollout.ray_actors.dedicated_worker import DedicatedWorkerActor
     from lit_asyncrl.rollout.ray_actors.engine import RayEngine
     from lit_asyncrl.rollout.ray_actors.placement import RayPlacement
 
-    resources = RayPlacement(address=settings.ray_address, num_cpus=settings.ray_cpus_per_engine, num_gpus=settings.ray_gpus_per_engine)
-    return functools.partial(RayEngine, placement=resources), functools.partial(DedicatedWorkerActor, placement=resources)
+    resources = RayPlacement(
+        address=settings.ray_address, num_cpus=settings.ray_cpus_per_engine, num_gpus=settings.ray_gpus_per_engine
+    )
+    return functools.partial(RayEngine, placement=resources), functools.partial(
+        DedicatedWorkerActor, placement=resources
+    )

@@ -59,7 +59,13 @@ class VLLMRolloutService:
     """
 
     def __init__(
-        self, model_path: str | Path, env: Environment, rollout: RolloutConfig, *, seed: int, liveness_poll_s: float = 0.5
+        self,
+        model_path: str | Path,
+        env: Environment,
+        rollout: RolloutConfig,
+        *,
+        seed: int,
+        liveness_poll_s: float = 0.5,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -72,7 +78,9 @@ class VLLMRolloutService:
         # One trainer process assumed until `configure` says otherwise, so that a route this
         # machine cannot take is refused now, before anything starts.
         self.engine_settings = self._engine_settings(trainer_processes=1)
-        if rollout.scale_out.placement == "local":  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
+        if (
+            rollout.scale_out.placement == "local"
+        ):  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
             parallelism_args(self.engine_settings, trainer_device_type())
         self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout.scale_out)
         self.liveness_poll_s = liveness_poll_s
@@ -88,9 +96,13 @@ class VLLMRolloutService:
         check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
             check_context_holds_a_turn(task, self.episode_formats[name], rollout.engine.max_model_len, seed)
-        self.buffer = RolloutBuffer(rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter())
+        self.buffer = RolloutBuffer(
+            rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter()
+        )
         sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
-        self.evaluator = HeldOutEvaluator(env, self.episode_formats, sampling, rollout.engine.max_model_len, self.task_names)
+        self.evaluator = HeldOutEvaluator(
+            env, self.episode_formats, sampling, rollout.engine.max_model_len, self.task_names
+        )
         self.lanes = EngineLanes(self.num_engines, self._new_engine)
         self._group_ids = itertools.count()
         self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
@@ -115,13 +127,19 @@ class VLLMRolloutService:
 
     def state_dict(self) -> dict:
         # Groups in flight first: one may be filed before the buffer is read (the trainer takes none meanwhile).
-        in_flight = in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed if self.checkpoint_pending else []
+        in_flight = (
+            in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed
+            if self.checkpoint_pending
+            else []
+        )
         accounting = self.buffer.state_dict(keep_pending=self.checkpoint_pending)
         return {"accounting": accounting, "in_flight": not_settled(in_flight, self.buffer.settled_groups())}
 
     def load_state_dict(self, state: dict) -> None:
         restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
-        self._resumed = resumable(state.get("in_flight", []), self.group_size) if self.checkpoint_pending else []  # continued by lane 0
+        self._resumed = (
+            resumable(state.get("in_flight", []), self.group_size) if self.checkpoint_pending else []
+        )  # continued by lane 0
         self.buffer.resumed([group["group_id"] for group in self._resumed])
         self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
 
@@ -140,7 +158,9 @@ class VLLMRolloutService:
             raise RuntimeError("use_dedicated_worker() must be called before start()")
         if self.num_engines != 1:
             # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
-            raise ValueError(f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, got {self.num_engines}")
+            raise ValueError(
+                f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, got {self.num_engines}"
+            )
         self._use_dedicated = True
 
     def launch_early(self) -> None:
@@ -192,18 +212,24 @@ class VLLMRolloutService:
         self.buffer.set_trainer_version(self._version)
         settings = ProducerSettings(
             group_size=self.group_size,
-            max_concurrent_groups=lane_share(self.rollout.batch.max_concurrent_groups, lane, self.num_engines, minimum=1),
+            max_concurrent_groups=lane_share(
+                self.rollout.batch.max_concurrent_groups, lane, self.num_engines, minimum=1
+            ),
             sampling=sampling,
             max_context=self.engine_settings.max_model_len,
             # Each lane, each restart and a resumed run (at its version) draw other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane + 104_729 * self._version,
-            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines) if self.rollout.batch.mode == "sync" else None,
+            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines)
+            if self.rollout.batch.mode == "sync"
+            else None,
             env_failure_limit=self.rollout.failures.env_failure_limit,
             env_failure_window=self.rollout.failures.env_failure_window,
             group_ids=self._group_ids,
             admits=lambda: self.lanes.router.admits(lane),
         )
-        producer = RolloutProducer(engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated)
+        producer = RolloutProducer(
+            engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated
+        )
         if lane == 0:
             producer.resumed_groups, self._resumed = self._resumed, []
         self.lanes.producer_up(lane, producer, self._train)
@@ -246,7 +272,9 @@ class VLLMRolloutService:
         while True:
             self._restart_or_raise_if_dead()
             try:
-                groups = self.buffer.take(self.groups_per_batch, timeout_s=min(self.liveness_poll_s, max(deadline - time.monotonic(), 0.0)))
+                groups = self.buffer.take(
+                    self.groups_per_batch, timeout_s=min(self.liveness_poll_s, max(deadline - time.monotonic(), 0.0))
+                )
                 break
             except TimeoutError:
                 if time.monotonic() >= deadline:
@@ -254,7 +282,9 @@ class VLLMRolloutService:
                         f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('rollout.batch_timeout_s')} "
                         f"if generation is this slow); rollout stats: {self.stats()}"
                     ) from None
-        return training_batch([t for group in groups for t in group], self.pad_id, self.task_names, self.temperature, self.top_k)
+        return training_batch(
+            [t for group in groups for t in group], self.pad_id, self.task_names, self.temperature, self.top_k
+        )
 
     def _restart_or_raise_if_dead(self) -> None:
         """A dead engine is replaced while `rollout.engine_restarts` allows; any other failure is raised."""
@@ -331,7 +361,13 @@ class VLLMRolloutService:
         caller's weights."""
         return sum(
             score_unscored_on(
-                engine, lambda lane=lane: self._unfinished_trajectories(lane), score_fn, version, self.temperature, self.top_k, self.pad_id
+                engine,
+                lambda lane=lane: self._unfinished_trajectories(lane),
+                score_fn,
+                version,
+                self.temperature,
+                self.top_k,
+                self.pad_id,
             )
             for lane, engine in enumerate(self._engines())
         )
@@ -349,4 +385,6 @@ class VLLMRolloutService:
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        return rollout_stats(self.buffer, self.lanes.producers, self.lanes.engines, self.engine_restarts, self.dedicated)
+        return rollout_stats(
+            self.buffer, self.lanes.producers, self.lanes.engines, self.engine_restarts, self.dedicated
+        )

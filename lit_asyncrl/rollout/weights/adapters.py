@@ -85,7 +85,9 @@ class EngineAdapters:
         with self._lock:
             self._requests[request.lora_int_id], self._versions[request.lora_int_id] = request, version
             self._newest = request.lora_int_id
-            unused = [lora_id for lora_id in self._requests if lora_id != self._newest and self._in_flight[lora_id] == 0]
+            unused = [
+                lora_id for lora_id in self._requests if lora_id != self._newest and self._in_flight[lora_id] == 0
+            ]
             released = [self._requests.pop(lora_id) for lora_id in unused]
             for lora_id in unused:
                 del self._versions[lora_id], self._in_flight[lora_id]
@@ -132,7 +134,9 @@ class EngineAdapters:
             self._moved.update(moving)
             return moving
 
-    async def generate(self, stream: Stream, prompt_ids: Sequence[int], max_tokens: int) -> tuple[list[int], list[float], list[int], Any]:
+    async def generate(
+        self, stream: Stream, prompt_ids: Sequence[int], max_tokens: int
+    ) -> tuple[list[int], list[float], list[int], Any]:
         """One turn: a request under the newest adapter and, each time a push moves the turn, a
         request under the new one that continues it. Returns its tokens, mu, versions and vLLM's
         last output."""

@@ -67,7 +67,9 @@ def decode(entries: Mapping[str, torch.Tensor], held: Mapping[str, torch.Tensor]
     for key in (key for key in entries if key.endswith(INDEX)):
         name = key.removesuffix(INDEX)
         if name not in held:
-            raise ValueError(f"changed elements of {name!r} arrived, but the engine holds no earlier {name!r} to write them into")
+            raise ValueError(
+                f"changed elements of {name!r} arrived, but the engine holds no earlier {name!r} to write them into"
+            )
         tensor = held[name].clone()
         tensor.view(-1)[entries[key].long()] = entries[name + VALUES]
         tensors[name] = tensor

@@ -43,7 +43,9 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
     `trainer_processes` the trainer's world size (only rank 0 pushes weights; see `serving/distributed.py`).
     """
     if requested not in WEIGHT_TRANSFERS:
-        raise ValueError(f"{config_key('rollout.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}")
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}"
+        )
     if requested == "auto":
         if device_type != "cuda":
             return "file"

@@ -97,7 +97,9 @@ def _open_group(address: str, port: int, rank: int, world_size: int) -> Any:
     # trainer (and vLLM's own workers) already use.
     from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
-    return stateless_init_torch_distributed_process_group(address, port, rank, world_size, backend="gloo", timeout=TIMEOUT)
+    return stateless_init_torch_distributed_process_group(
+        address, port, rank, world_size, backend="gloo", timeout=TIMEOUT
+    )
 
 
 class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, GlooWeightTransferUpdateInfo]):
@@ -114,7 +116,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
     def init_transfer_engine(self, init_info: GlooWeightTransferInitInfo) -> None:
         parallel = self.parallel_config
         worker_rank = parallel.data_parallel_index * parallel.world_size + parallel.rank
-        self.group = _open_group(init_info.master_address, init_info.master_port, init_info.rank_offset + worker_rank, init_info.world_size)
+        self.group = _open_group(
+            init_info.master_address, init_info.master_port, init_info.rank_offset + worker_rank, init_info.world_size
+        )
 
     def start_weight_update(self) -> None:
         # Checkpoint-format weights go through vLLM's layerwise reload, as with its NCCL backend:
@@ -142,7 +146,9 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
             buffer = torch.empty(sum(sizes), dtype=dtypes[indices[0]])
             self.group.broadcast(buffer, 0).wait()
             pieces = buffer.split(sizes)
-            self.model.load_weights([(update_info.names[i], piece.view(update_info.shapes[i])) for i, piece in zip(indices, pieces)])
+            self.model.load_weights(
+                [(update_info.names[i], piece.view(update_info.shapes[i])) for i, piece in zip(indices, pieces)]
+            )
 
     def shutdown(self) -> None:
         self.group = None
@@ -158,13 +164,17 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         self.group: Any = None
 
     @classmethod
-    def trainer_init(cls, init_info: GlooTrainerInitInfo, *, client: VLLMWeightSyncClient, source: WeightSource | None = None) -> Self:
+    def trainer_init(
+        cls, init_info: GlooTrainerInitInfo, *, client: VLLMWeightSyncClient, source: WeightSource | None = None
+    ) -> Self:
         if source is None:
             raise ValueError("the gloo weight transfer needs a WeightSource")
         engine = cls(client=client, source=source, is_sender=init_info.is_sender)
         if not engine.is_sender:
             return engine
-        worker_info = GlooWeightTransferInitInfo(init_info.master_address, init_info.master_port, 1, init_info.world_size)
+        worker_info = GlooWeightTransferInitInfo(
+            init_info.master_address, init_info.master_port, 1, init_info.world_size
+        )
         # The workers block in init_weight_transfer_engine until every rank has joined, so the
         # request runs on a side thread while this side joins as rank 0.
         with ThreadPoolExecutor(max_workers=1) as side:

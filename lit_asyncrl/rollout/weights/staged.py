@@ -54,7 +54,9 @@ class StagedVersion:
         self.kernels: list[tuple[torch.nn.Module, Any]] = []  # (layer, its new packed `cpu_linear`)
         self.tensors: list[tuple[torch.nn.Parameter, torch.Tensor]] = []  # (parameter, its new values)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._stage, args=(model, path, retired, held), name="staged-weights", daemon=True)
+        self._thread = threading.Thread(
+            target=self._stage, args=(model, path, retired, held), name="staged-weights", daemon=True
+        )
         self._thread.start()
 
     def ready(self) -> bool:
@@ -109,7 +111,9 @@ class StagedVersion:
                 raise ValueError(f"{module_name}.{attribute} is made of {names}, the weights file has only {present}")
             used.update(names)
             values = torch.cat([loaded[name] for name in names]) if len(names) > 1 else loaded[names[0]]
-            if parameter.numel() and values.shape != parameter.shape:  # an embedding's rows padded to vLLM's vocabulary multiple
+            if (
+                parameter.numel() and values.shape != parameter.shape
+            ):  # an embedding's rows padded to vLLM's vocabulary multiple
                 values = torch.cat([values, parameter.data[values.shape[0] :]])
             return values.to(parameter.dtype)
 
@@ -122,9 +126,15 @@ class StagedVersion:
                     new_values[id(parameter)] = values
                     self.tensors.append((parameter, values))
         for module_name, module in model.named_modules():
-            if not hasattr(module, "cpu_linear") or (isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead)):
+            if not hasattr(module, "cpu_linear") or (
+                isinstance(module, VocabParallelEmbedding) and not isinstance(module, ParallelLMHead)
+            ):
                 continue  # an input embedding is looked up, never multiplied
-            weight = new_values.get(id(module.weight)) if module.weight.numel() else values_for(module_name, "weight", module.weight)
+            weight = (
+                new_values.get(id(module.weight))
+                if module.weight.numel()
+                else values_for(module_name, "weight", module.weight)
+            )
             if weight is None:
                 continue
             stand_in = SimpleNamespace(weight=weight)

@@ -31,7 +31,9 @@ def weights_for_engine(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtyp
     a tied embedding once (`tied_once`)."""
     from vllm.distributed.weight_transfer.base import materialize_full_tensor
 
-    return {name: materialize_full_tensor(tensor).detach().to(dtype=dtype) for name, tensor in tied_once(state_dict).items()}
+    return {
+        name: materialize_full_tensor(tensor).detach().to(dtype=dtype) for name, tensor in tied_once(state_dict).items()
+    }
 
 
 def tied_once(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -161,7 +163,9 @@ class TransferRoute(WeightRoute):
         self.source.set(tensors)
         if self._trainer_engine is None:
             self.address = address
-            self._trainer_engine = WeightTransferTrainerFactory.trainer_init(self.trainer_init_info(), client=client, source=self.source)
+            self._trainer_engine = WeightTransferTrainerFactory.trainer_init(
+                self.trainer_init_info(), client=client, source=self.source
+            )
         self._trainer_engine.send_weights()
         nbytes = sum(tensor.numel() * tensor.element_size() for tensor in self.source.tensors.values())
         self.source.tensors = {}  # the trainer's tensors are not kept past the push
@@ -188,7 +192,9 @@ class GlooRoute(TransferRoute):
         from lit_asyncrl.rollout.weights.gloo import GlooTrainerInitInfo, register
 
         register()  # this process's factory; the engine's process registers through the plugin
-        return GlooTrainerInitInfo(master_address=self.address, master_port=get_open_port(), world_size=self.group_size(), rank=0)
+        return GlooTrainerInitInfo(
+            master_address=self.address, master_port=get_open_port(), world_size=self.group_size(), rank=0
+        )
 
 
 class NCCLRoute(TransferRoute):
@@ -200,7 +206,9 @@ class NCCLRoute(TransferRoute):
         from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
         from vllm.utils.network_utils import get_open_port
 
-        return NCCLTrainerInitInfo(master_address=self.address, master_port=get_open_port(), world_size=self.group_size(), rank=0)
+        return NCCLTrainerInitInfo(
+            master_address=self.address, master_port=get_open_port(), world_size=self.group_size(), rank=0
+        )
 
 
 class IPCRoute(TransferRoute):

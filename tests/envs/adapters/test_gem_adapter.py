@@ -54,9 +54,9 @@ def test_hand_played_mastermind_reaches_success_with_gems_observations(mastermin
         "\nCongratulations! You guessed the correct code [4, 6] in 4 turns.\n",
     ]
     assert [result.reward for result in played] == [0.0, 0.0, 0.5, 0.5]  # progress: new black pegs / code length
-    assert [(result.terminated, result.truncated, result.success) for result in played] == [(False, False, False)] * 3 + [
-        (True, False, True)
-    ]
+    assert [(result.terminated, result.truncated, result.success) for result in played] == [
+        (False, False, False)
+    ] * 3 + [(True, False, True)]
 
 
 def test_hand_played_guess_the_number_and_the_turn_limit(guess):
@@ -108,7 +108,8 @@ def test_scripted_demonstrations_win_every_game(gem, env_id, distinct):
         turns = env.demonstration(seed)
         assert len(turns) <= env.max_turns
         assert all(
-            action.startswith("\\boxed{") and action.endswith(env.turn_stop) and len(action) <= env.max_turn_tokens for action, _ in turns
+            action.startswith("\\boxed{") and action.endswith(env.turn_stop) and len(action) <= env.max_turn_tokens
+            for action, _ in turns
         )
         replay = env.new_episode(seed)
         replay.reset()
@@ -143,7 +144,9 @@ def test_held_out_games_are_never_trained_on(mastermind):
     assert len(trained) == 27 and not trained & set(held_out)
     assert sorted(_code(mastermind, seed) for seed in held_out_instances(mastermind, 10)) == held_out  # the whole split
     same_code = [seed for seed in range(300) if _code(mastermind, seed) == "[1, 3]"]
-    assert len(same_code) > 1 and all(mastermind.is_held_out(seed) for seed in same_code)  # the key is the code, not the seed
+    assert len(same_code) > 1 and all(
+        mastermind.is_held_out(seed) for seed in same_code
+    )  # the key is the code, not the seed
 
 
 def test_compact_and_templated_instructions_keep_the_games_observations(gem):
@@ -154,10 +157,18 @@ def test_compact_and_templated_instructions_keep_the_games_observations(gem):
         "Mastermind: find the 2-digit code, digits 1-6, no repeats, in 10 guesses. Guess like \\boxed{1 2}. "
         "Black peg: right digit, right place. White peg: right digit, wrong place.\n"
     )
-    assert episode.step("\\boxed{4 6}").observation == "\nCongratulations! You guessed the correct code [4, 6] in 1 turns.\n"
+    assert (
+        episode.step("\\boxed{4 6}").observation
+        == "\nCongratulations! You guessed the correct code [4, 6] in 1 turns.\n"
+    )
     guess_first = gem_adapter.GemEnv(GUESS, instructions="compact").new_episode(0).reset()
-    assert guess_first == "Guess the number from 1 to 10 in 4 guesses. Guess like \\boxed{1}. Hints say higher or lower.\n"
-    assert gem_adapter.GemEnv(GUESS, instructions="Guess {min_number}-{max_number}:\n").new_episode(0).reset() == "Guess 1-10:\n"
+    assert (
+        guess_first == "Guess the number from 1 to 10 in 4 guesses. Guess like \\boxed{1}. Hints say higher or lower.\n"
+    )
+    assert (
+        gem_adapter.GemEnv(GUESS, instructions="Guess {min_number}-{max_number}:\n").new_episode(0).reset()
+        == "Guess 1-10:\n"
+    )
     with pytest.raises(ValueError, match="env.instructions=compact"):
         gem_adapter.GemEnv("game:Sudoku-v0-easy", instructions="compact")
     with pytest.raises(ValueError, match="env.instructions='{nope}'"):
@@ -268,7 +279,9 @@ def test_hydra_config_lists_every_argument_with_its_default():
     from lit_asyncrl.config_dir import config_dir
 
     config = OmegaConf.to_container(OmegaConf.load(f"{config_dir()}/env/gem.yaml"))
-    assert config.pop("_target_") == "lit_asyncrl.envs.adapters.gem.GemEnv"  # a module path: lit_asyncrl.envs imports without the extra
+    assert (
+        config.pop("_target_") == "lit_asyncrl.envs.adapters.gem.GemEnv"
+    )  # a module path: lit_asyncrl.envs imports without the extra
     signature = inspect.signature(gem_adapter.GemEnv)
     assert config == {key: parameter.default for key, parameter in signature.parameters.items()}
 

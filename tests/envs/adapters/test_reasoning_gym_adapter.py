@@ -17,7 +17,9 @@ from lit_asyncrl.rollout.serving.instances import held_out_instances, training_i
 
 @pytest.fixture(scope="module")
 def rg():
-    return pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed: pip install -e '.[reasoning-gym]'")
+    return pytest.importorskip(
+        "reasoning_gym", reason="reasoning-gym is not installed: pip install -e '.[reasoning-gym]'"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,13 @@ def test_prompt_answer_and_score(arithmetic):
     episode = arithmetic.new_episode(0)
     assert episode.reset(seed=7) == "Calculate -5 * -6.\n"
     right = episode.step("30\n")
-    assert (right.observation, right.reward, right.terminated, right.truncated, right.success) == ("", 1.0, True, False, True)
+    assert (right.observation, right.reward, right.terminated, right.truncated, right.success) == (
+        "",
+        1.0,
+        True,
+        False,
+        True,
+    )
     for answer in (" 30 \n", "\\boxed{30}", "so \\boxed{30}\n"):
         assert arithmetic.new_episode(0).step(answer).success, answer
     wrong = arithmetic.new_episode(0).step("31\n")
@@ -71,7 +79,10 @@ def test_demonstration_is_the_entrys_answer(arithmetic, rg):
 
 def test_config_and_prompt_template(rg):
     env = ReasoningGymEnv(
-        "chain_sum", size=10, config={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}, prompt="Q: {question}\nA: "
+        "chain_sum",
+        size=10,
+        config={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        prompt="Q: {question}\nA: ",
     )
     assert env.prompt(0) == "Q: State the final answer to the following arithmetic problem: 4 + 3 =\nA: "
     with pytest.raises(ValueError, match="env.config"):
@@ -134,7 +145,9 @@ def test_missing_extra_fails_at_once_naming_it(monkeypatch):
         raise AssertionError("work started before the extra was checked")
 
     monkeypatch.setattr(reasoning_gym_adapter, "GlobalRandomState", no_work)
-    with pytest.raises(ImportError, match=r"env=reasoning_gym needs the 'reasoning-gym' extra: pip install -e \"\.\[reasoning-gym\]\""):
+    with pytest.raises(
+        ImportError, match=r"env=reasoning_gym needs the 'reasoning-gym' extra: pip install -e \"\.\[reasoning-gym\]\""
+    ):
         ReasoningGymEnv()
 
 

@@ -50,14 +50,26 @@ def test_the_customer_names_the_item_and_gives_the_id_when_asked():
     env = ServiceDeskEnv(user=CooperativeUser(), max_turns=5)
     prompt, results = play(env, desk(), ["ask hello\n", "ask id\n", "look 42\n", "refund 42\n", "reply done\n"])
     assert prompt == "user: refund mug\n"
-    assert [r.observation for r in results] == ["user: refund mug\n", "user: 42\n", "42 mug delivered 12d\n", "ok\n", ""]
+    assert [r.observation for r in results] == [
+        "user: refund mug\n",
+        "user: 42\n",
+        "42 mug delivered 12d\n",
+        "ok\n",
+        "",
+    ]
     assert [r.reward for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
     assert [r.done for r in results] == [False, False, False, False, True] and results[-1].success
 
 
 @pytest.mark.parametrize(
     ("question", "answer"),
-    [("What is your order number?", "42"), ("which one", "42"), ("ID?", "42"), ("hello", "refund mug"), ("idea", "refund mug")],
+    [
+        ("What is your order number?", "42"),
+        ("which one", "42"),
+        ("ID?", "42"),
+        ("hello", "refund mug"),
+        ("idea", "refund mug"),
+    ],
 )
 def test_the_cooperative_answer_is_the_id_only_when_asked_for_it(question, answer):
     assert CustomerGoal("refund", "mug", 42).answer(question) == answer
@@ -132,7 +144,11 @@ def test_demonstrations_show_the_cooperative_customer_whatever_the_user():
 
 def test_answers_of_the_user_and_of_the_tools_have_their_own_roles():
     with_user, without = ServiceDeskEnv(user=CooperativeUser()), ServiceDeskEnv()
-    assert [with_user.observation_role_of(text) for text in ("user: 42\n", "42 mug delivered 12d\n", "ok\n")] == ["user", "tool", "tool"]
+    assert [with_user.observation_role_of(text) for text in ("user: 42\n", "42 mug delivered 12d\n", "ok\n")] == [
+        "user",
+        "tool",
+        "tool",
+    ]
     assert without.observation_role_of("user: 42\n") == "tool"
     assert "`ask QUESTION`" in with_user.system_prompt and "ask" not in without.system_prompt
 
@@ -149,7 +165,10 @@ def test_the_environment_starts_and_closes_its_user():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"user": CooperativeUser(), "max_turns": 3}, r"env.max_turns must be >= 4 \(ask, look, act, reply\)"), ({"user": "yes"}, "env.user")],
+    [
+        ({"user": CooperativeUser(), "max_turns": 3}, r"env.max_turns must be >= 4 \(ask, look, act, reply\)"),
+        ({"user": "yes"}, "env.user"),
+    ],
 )
 def test_bad_user_settings_name_the_key(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):

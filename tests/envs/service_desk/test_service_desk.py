@@ -18,7 +18,9 @@ CONFIG = Path(__file__).resolve().parents[3] / "conf" / "env" / "service_desk.ya
 
 def desk(request, order_id=42, status="delivered", days=12):
     """An instance with the requested order and one other (placed) order, 17."""
-    orders = tuple(sorted([Order(order_id, "mug", status, days), Order(17, "pen", "placed", 2)], key=lambda o: o.order_id))
+    orders = tuple(
+        sorted([Order(order_id, "mug", status, days), Order(17, "pen", "placed", 2)], key=lambda o: o.order_id)
+    )
     return DeskInstance(orders=orders, request=request, order_id=order_id)
 
 
@@ -88,8 +90,29 @@ def test_look_shows_the_episode_database_and_episodes_share_nothing():
 
 @pytest.mark.parametrize(
     "action",
-    ["", "look 42", "look 99\n", "look 042\n", "peek 42\n", "LOOK 42\n", "look  42\n", "look 42 \n", "look\n", "look 42\nlook 42\n"]
-    + ["reply maybe\n", "reply\n", "reply no", "reply done!\n", "refund\n", "cancel x\n", "\n", "~}|{\n", "reply no<eos>"],
+    [
+        "",
+        "look 42",
+        "look 99\n",
+        "look 042\n",
+        "peek 42\n",
+        "LOOK 42\n",
+        "look  42\n",
+        "look 42 \n",
+        "look\n",
+        "look 42\nlook 42\n",
+    ]
+    + [
+        "reply maybe\n",
+        "reply\n",
+        "reply no",
+        "reply done!\n",
+        "refund\n",
+        "cancel x\n",
+        "\n",
+        "~}|{\n",
+        "reply no<eos>",
+    ],
 )
 def test_malformed_call_answers_err_with_the_penalty_and_the_episode_goes_on(action):
     env, instance = ServiceDeskEnv(malformed_reward=-0.1), desk("refund")
@@ -181,7 +204,9 @@ def test_blind_and_status_only_policies_stay_at_their_baselines(difficulty, stat
     # Every refund or cancel request is an even draw between acting and refusing: ignoring the record wins half.
     always_refuse = lambda instance, observations, rng: "reply no\n"
     write = lambda instance: "cancel" if instance.request == "cancel" else "refund"
-    always_act = lambda instance, observations, rng: "reply done\n" if len(observations) > 1 else f"{write(instance)} {instance.order_id}\n"
+    always_act = lambda instance, observations, rng: (
+        "reply done\n" if len(observations) > 1 else f"{write(instance)} {instance.order_id}\n"
+    )
     assert 0.47 < success_rate(env, always_refuse) < 0.53
     assert 0.47 < success_rate(env, always_act) < 0.53
 
@@ -268,7 +293,11 @@ def test_every_text_is_in_the_vocabulary_and_episodes_are_short(difficulty):
     for _ in range(1000):
         instance = training_instance(env, rng)
         prompt, demonstration = env.new_episode(instance).reset(), env.demonstration(instance)
-        texts = [prompt, *(text for turn in demonstration for text in turn), *(order.record() for order in instance.orders)]
+        texts = [
+            prompt,
+            *(text for turn in demonstration for text in turn),
+            *(order.record() for order in instance.orders),
+        ]
         assert set("".join(texts)) <= set(CHARACTERS)
         assert all(action.endswith("\n") and len(action) <= env.max_turn_tokens for action, _ in demonstration)
         assert len("".join(texts[: 1 + 2 * len(demonstration)])) <= 70  # e.g. 16 + 8 + 21 + 10 + 3 + 11 = 69

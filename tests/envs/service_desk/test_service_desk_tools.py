@@ -15,7 +15,9 @@ from tests.support.xdist_groups import imports_vllm
 pytestmark = imports_vllm
 
 # Order 42 was delivered 12 days ago: the refund is due (window 30), the reply is "done".
-DUE = DeskInstance(orders=(Order(42, "mug", "delivered", 12), Order(57, "hat", "placed", 3)), request="refund", order_id=42)
+DUE = DeskInstance(
+    orders=(Order(42, "mug", "delivered", 12), Order(57, "hat", "placed", 3)), request="refund", order_id=42
+)
 # Order 42 was delivered 45 days ago: no refund, the reply is "no".
 TOO_OLD = DeskInstance(orders=(Order(42, "mug", "delivered", 45),), request="refund", order_id=42)
 
@@ -25,7 +27,10 @@ def play(env, instance, turns: list[list[tuple[str, dict]]]):
     opening = episode.reset()
 
     async def run():
-        return [await episode.step(AssistantTurn("", tuple(ToolCall(name, arguments) for name, arguments in calls))) for calls in turns]
+        return [
+            await episode.step(AssistantTurn("", tuple(ToolCall(name, arguments) for name, arguments in calls)))
+            for calls in turns
+        ]
 
     return opening, asyncio.run(run())
 
@@ -33,8 +38,18 @@ def play(env, instance, turns: list[list[tuple[str, dict]]]):
 @pytest.mark.parametrize(
     ("instance", "turns", "reward", "success"),
     [
-        (DUE, [[("look", {"order_id": 42})], [("refund", {"order_id": 42})], [("reply", {"message": "done"})]], 1.0, True),
-        (DUE, [[("look", {"order_id": 42})], [("reply", {"message": "done"})]], 0.0, False),  # said done, refunded nothing
+        (
+            DUE,
+            [[("look", {"order_id": 42})], [("refund", {"order_id": 42})], [("reply", {"message": "done"})]],
+            1.0,
+            True,
+        ),
+        (
+            DUE,
+            [[("look", {"order_id": 42})], [("reply", {"message": "done"})]],
+            0.0,
+            False,
+        ),  # said done, refunded nothing
         (
             DUE,
             [[("refund", {"order_id": 57}), ("refund", {"order_id": 42})], [("reply", {"message": "done"})]],
@@ -54,7 +69,9 @@ def test_the_reward_is_the_text_desks_rule_on_the_final_state_and_reply(instance
 
 def test_tool_answers_and_errors_are_the_desks():
     opening, steps = play(
-        ServiceDeskToolsEnv(), DUE, [[("look", {"order_id": 42}), ("look", {"order_id": 99}), ("reply", {"message": "maybe"})]]
+        ServiceDeskToolsEnv(),
+        DUE,
+        [[("look", {"order_id": 42}), ("look", {"order_id": 99}), ("reply", {"message": "maybe"})]],
     )
     assert opening.messages == ({"role": "user", "content": "refund order 42"},)
     assert [(answer.content, answer.error) for answer in steps[0].observation] == [

@@ -18,7 +18,9 @@ def test_parallelism_passes_through_on_gpus():
 
 
 def test_parallelism_inside_an_engine_is_refused_on_cpu_naming_the_keys():
-    with pytest.raises(ValueError, match=r"rollout.tensor_parallel_size=2 .* needs GPUs; on CPU use rollout.num_engines"):
+    with pytest.raises(
+        ValueError, match=r"rollout.tensor_parallel_size=2 .* needs GPUs; on CPU use rollout.num_engines"
+    ):
         parallelism_args(EngineSettings(tensor_parallel_size=2), "cpu")
     with pytest.raises(ValueError, match=r"rollout.data_parallel_size must be an integer >= 1, got 0"):
         parallelism_args(EngineSettings(data_parallel_size=0), "cuda")
@@ -31,7 +33,9 @@ def test_placement_selects_where_engines_and_the_old_logit_worker_run():
     from lit_asyncrl.rollout.ray_actors.engine import RayEngine
     from lit_asyncrl.rollout.ray_actors.placement import RayPlacement
 
-    chosen = placement_factories(ScaleOutSettings(placement="ray", ray_address="auto", ray_cpus_per_engine=0.5, ray_gpus_per_engine=1.0))
+    chosen = placement_factories(
+        ScaleOutSettings(placement="ray", ray_address="auto", ray_cpus_per_engine=0.5, ray_gpus_per_engine=1.0)
+    )
     expected = {"placement": RayPlacement(address="auto", num_cpus=0.5, num_gpus=1.0)}
     for factory, cls in zip(chosen, (RayEngine, DedicatedWorkerActor)):
         assert isinstance(factory, functools.partial) and factory.func is cls

@@ -119,7 +119,9 @@ def test_latency_is_added_to_every_answer(tokenizer):
     async def scripted(engine, prompt_ids, on_tokens):
         return await guess(next(turns))(engine, prompt_ids, on_tokens)
 
-    (trajectory,), seconds = play_many(FakeEngine(scripted), GuessNumberEnv(latency_s=0.2), tokenizer, count=1, workers=1)
+    (trajectory,), seconds = play_many(
+        FakeEngine(scripted), GuessNumberEnv(latency_s=0.2), tokenizer, count=1, workers=1
+    )
     assert trajectory.success and trajectory.num_turns == 2
     assert 0.6 <= trajectory.duration_s < 0.9, trajectory.duration_s
     # the observations are in the context: <bos> ? 3 ; H 5 ;
@@ -165,13 +167,30 @@ def crash(*args):
         (faulty_env(reset=crash), "env_error", "Faulty.reset raised ToolCrash('tool crashed')"),
         (faulty_env(step=crash), "env_error", "Faulty.step raised ToolCrash('tool crashed')"),
         (faulty_env(step=lambda action: "W"), "env_malformed", "Faulty: step() must return a Transition"),
-        (faulty_env(step=lambda action: ("H", float("nan"), False, False, {})), "env_malformed", "reward: a finite number"),
+        (
+            faulty_env(step=lambda action: ("H", float("nan"), False, False, {})),
+            "env_malformed",
+            "reward: a finite number",
+        ),
         (faulty_env(step=lambda action: ("H", "lots", False, False, {})), "env_malformed", "reward: a finite number"),
         (faulty_env(step=lambda action: ("H", 0.0, False, False, None)), "env_malformed", "info: a dict"),
-        (faulty_env(step=lambda action: (None, 0.0, False, False, {})), "env_malformed", "observations must be str, got None"),
+        (
+            faulty_env(step=lambda action: (None, 0.0, False, False, {})),
+            "env_malformed",
+            "observations must be str, got None",
+        ),
         (faulty_env(reset=lambda: "caf\u00e9"), "env_malformed", "cannot encode: ['\u00e9']"),
     ],
-    ids=["reset raises", "step raises", "not a transition", "nan reward", "text reward", "info not a dict", "no text", "unencodable"],
+    ids=[
+        "reset raises",
+        "step raises",
+        "not a transition",
+        "nan reward",
+        "text reward",
+        "info not a dict",
+        "no text",
+        "unencodable",
+    ],
 )
 def test_an_environment_fault_ends_the_episode_as_failed_with_its_reason(tokenizer, env, reason, fragment):
     (trajectory,), _ = play_many(FakeEngine(guess("5;")), env, tokenizer, count=1, workers=1)

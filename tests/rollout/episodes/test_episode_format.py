@@ -52,7 +52,9 @@ def chat():
 def play(engine: FakeEngine, env, episode_format, instance) -> Trajectory:
     caller = EnvCaller(max_workers=1)
     try:
-        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=512)
+        settings = EpisodeSettings(
+            call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=512
+        )
         coroutine = play_episode(engine, env, episode_format, instance, Trajectory(group_id=0), settings)
         return engine.run(coroutine, timeout_s=30)
     finally:
@@ -144,7 +146,9 @@ def test_demonstrations_have_the_played_layout(chat):
     (trajectory,) = demonstration_trajectories(env, {None: ChatTemplateFormat(chat, env)}, 1, random.Random(0))
     text = chat.decode(trajectory.token_ids)
     policy = chat.decode([token for token, mask in zip(trajectory.token_ids, trajectory.loss_mask) if mask])
-    assert text.startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n?<|im_end|>\n<|im_start|>assistant\n")
+    assert text.startswith(
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n?<|im_end|>\n<|im_start|>assistant\n"
+    )
     assert not text.endswith("W<|im_end|>\n<|im_start|>assistant\n")  # the last answer is never shown
     # Demonstrated turns are the bare guesses (the task's ";" is its raw-text stop) closed by <|im_end|>.
     turns = policy.split("<|im_end|>")

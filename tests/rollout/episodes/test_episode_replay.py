@@ -65,7 +65,9 @@ def test_answered_turns_are_replayed_with_their_values_and_a_turn_still_streamin
     # Secret 10: "5;" -> H, "8;" -> H, "10;" -> W. The checkpoint caught the third turn after "1",
     # whose version is provisional until the turn ends: only the first 8 tokens are final.
     whole = play(ScriptedEngine([[FIVE, SEMI], [EIGHT, SEMI], [ONE, ZERO, SEMI]], version=0), tokenizer)
-    assert whole.token_ids == [BOS, QUESTION, FIVE, SEMI, HIGHER, EIGHT, SEMI, HIGHER, ONE, ZERO, SEMI] and whole.success
+    assert (
+        whole.token_ids == [BOS, QUESTION, FIVE, SEMI, HIGHER, EIGHT, SEMI, HIGHER, ONE, ZERO, SEMI] and whole.success
+    )
     assert (whole.turn_starts, whole.committed, whole.finished) == ([2, 5, 8], 11, True)
     whole.versions[2:4], whole.versions[5:7] = [0, 0], [1, 1]  # as sampled, over two versions
     whole.old_logprobs[5], whole.old_versions[5] = -0.75, 1  # a pi_old an exact route had attached
@@ -78,9 +80,9 @@ def test_answered_turns_are_replayed_with_their_values_and_a_turn_still_streamin
     assert engine.requests == [(whole.token_ids[:8], GuessNumberEnv().max_turn_tokens)]
     assert resumed.token_ids == whole.token_ids and resumed.loss_mask == whole.loss_mask
     assert resumed.versions == [-1, -1, 0, 0, -1, 1, 1, -1, 7, 7, 7]
-    assert resumed.behavior_logprobs[:8] == whole.behavior_logprobs[:8] and resumed.behavior_logprobs[8:] == pytest.approx(
-        [-7.1, -7.2, -7.3]
-    )
+    assert resumed.behavior_logprobs[:8] == whole.behavior_logprobs[:8] and resumed.behavior_logprobs[
+        8:
+    ] == pytest.approx([-7.1, -7.2, -7.3])
     assert resumed.old_logprobs[5] == -0.75 and resumed.old_versions[5] == 1 and math.isnan(resumed.old_logprobs[8])
     # The environment's answers were replayed: the same reward and outcome, three turns.
     assert (resumed.reward, resumed.success, resumed.num_turns, resumed.env_failure) == (1.0, True, 3, None)
@@ -97,7 +99,10 @@ def test_an_answered_turn_waiting_for_the_environment_is_not_sampled_again(token
 
 @pytest.mark.parametrize(
     ("position", "token"),
-    [(4, WON), (8, EIGHT)],  # the first answer said W (not H); the second answer was "H8" (longer than the replayed "H")
+    [
+        (4, WON),
+        (8, EIGHT),
+    ],  # the first answer said W (not H); the second answer was "H8" (longer than the replayed "H")
     ids=["another_answer", "a_longer_answer"],
 )
 def test_an_environment_that_answers_otherwise_fails_the_episode_as_restart(tokenizer, position, token):

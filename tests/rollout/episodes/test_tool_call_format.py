@@ -52,8 +52,12 @@ def play(engine, env, episode_format, instance) -> Trajectory:
     """One episode; a character per token, the schemas alone take 1,400 positions."""
     caller = EnvCaller(max_workers=1)
     try:
-        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=4096)
-        return engine.run(play_episode(engine, env, episode_format, instance, Trajectory(group_id=0), settings), timeout_s=30)
+        settings = EpisodeSettings(
+            call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=4096
+        )
+        return engine.run(
+            play_episode(engine, env, episode_format, instance, Trajectory(group_id=0), settings), timeout_s=30
+        )
     finally:
         caller.close()
         engine.shutdown()
@@ -80,7 +84,10 @@ def test_the_compact_rendering_for_plain_text_policies():
     demonstrated = episode_format.demonstrated_turn_ids(LOOK)
     assert tokenizer.decode(demonstrated) == '<tool_call>{"name":"look","arguments":{"order_id":42}}</tool_call>\n'
     action = episode_format.action(demonstrated)
-    assert (action.content, [(call.name, call.arguments) for call in action.calls]) == ("", [("look", {"order_id": 42})])
+    assert (action.content, [(call.name, call.arguments) for call in action.calls]) == (
+        "",
+        [("look", {"order_id": 42})],
+    )
     with pytest.raises(ValueError, match="env.tool_parser='llama3_json': a policy without a chat template"):
         episode_format_for(tokenizer, ServiceDeskToolsEnv(tool_parser="llama3_json"))
 
@@ -89,7 +96,10 @@ def assert_a_hermes_call_then_two_answers(tokenizer, episode_format, trajectory:
     """The demonstrated `look` call and two answers after it, as both chat renderings write them
     (the tools template mimics Qwen2.5's, which the Hermes fallback follows)."""
     demonstrated = episode_format.demonstrated_turn_ids(LOOK)
-    assert tokenizer.decode(demonstrated) == '<tool_call>\n{"name": "look", "arguments": {"order_id": 42}}\n</tool_call><|im_end|>'
+    assert (
+        tokenizer.decode(demonstrated)
+        == '<tool_call>\n{"name": "look", "arguments": {"order_id": 42}}\n</tool_call><|im_end|>'
+    )
     trajectory.extend_policy(demonstrated, [0.0] * len(demonstrated), [0] * len(demonstrated))
     before = len(trajectory.token_ids)
     episode_format.add_observation(trajectory, ANSWERS)
@@ -148,7 +158,9 @@ def test_a_played_tool_episode_trains_on_exactly_the_ids_the_engine_saw():
     assert trajectory.env_failure is None, trajectory.env_failure_message
     assert (trajectory.reward, trajectory.success, trajectory.num_turns) == (1.0, True, 3)
     assert dict(trajectory.tool_calls) == {"look": 1, "refund": 1, "reply": 1} and not trajectory.tool_call_errors
-    policy = tokenizer.decode([token for token, mine in zip(trajectory.token_ids, trajectory.loss_mask) if mine], skip_special_tokens=False)
+    policy = tokenizer.decode(
+        [token for token, mine in zip(trajectory.token_ids, trajectory.loss_mask) if mine], skip_special_tokens=False
+    )
     assert policy == "".join(turns)
     for request in engine.requests:
         assert trajectory.token_ids[: len(request["prompt"])] == request["prompt"]

@@ -60,7 +60,9 @@ def _run_forked(tmp_path: Path, monkeypatch, name: str, environment: dict[str, s
     threads = torch.get_num_threads()
     torch.set_num_threads(2)  # the trainer's pool, which the child must not keep
     try:
-        process = multiprocessing.get_context("fork").Process(target=_child, args=(str(report), gc.get_freeze_count()), name=name)
+        process = multiprocessing.get_context("fork").Process(
+            target=_child, args=(str(report), gc.get_freeze_count()), name=name
+        )
         process.start()
         process.join(60)
     finally:
@@ -74,10 +76,17 @@ def engine_core_environment(tmp_path):
     """What `engine_config.engine_core_environment` holds while an in-process CPU engine core is forked."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    return {"OMP_NUM_THREADS": "1", "TORCHDYNAMO_DISABLE": "1", "TMPDIR": str(run_dir), **forked_engine_core_environment(quiet=True)}
+    return {
+        "OMP_NUM_THREADS": "1",
+        "TORCHDYNAMO_DISABLE": "1",
+        "TMPDIR": str(run_dir),
+        **forked_engine_core_environment(quiet=True),
+    }
 
 
-def test_a_forked_engine_core_takes_its_environment_as_a_spawned_one_would(tmp_path, monkeypatch, engine_core_environment):
+def test_a_forked_engine_core_takes_its_environment_as_a_spawned_one_would(
+    tmp_path, monkeypatch, engine_core_environment
+):
     # One torch thread, no torch.compile, the run's temp dir, FutureWarnings and C++ warnings quiet
     # (ERROR = 2), the parent's heap frozen for good.
     assert _run_forked(tmp_path, monkeypatch, "EngineCore_DP0", engine_core_environment) == [
@@ -124,7 +133,8 @@ def test_a_forked_engine_core_does_not_hold_another_threads_process_start(monkey
     for key, value in engine_core_environment.items():
         monkeypatch.setenv(key, value)
     processes = {
-        name: multiprocessing.get_context("fork").Process(target=_hold, args=(30,), name=name) for name in ("EngineCore_DP0", "Worker")
+        name: multiprocessing.get_context("fork").Process(target=_hold, args=(30,), name=name)
+        for name in ("EngineCore_DP0", "Worker")
     }
     read_end, write_end = os.pipe()
     try:

@@ -30,14 +30,20 @@ def _run(tmp_path: Path, name: str, armed: bool) -> str:
         process.start()
         process.join(60)
     finally:
-        os.environ.pop(UNNAMED_LOCKS_VARIABLE) if previous is None else os.environ.__setitem__(UNNAMED_LOCKS_VARIABLE, previous)
+        os.environ.pop(UNNAMED_LOCKS_VARIABLE) if previous is None else os.environ.__setitem__(
+            UNNAMED_LOCKS_VARIABLE, previous
+        )
     assert process.exitcode == 0
     return report.read_text()
 
 
 @pytest.mark.parametrize(
     ("name", "armed", "seen"),
-    [("EngineCore_DP0", True, "True False False"), ("EngineCore_DP0", False, "True True True"), ("Worker", True, "True True True")],
+    [
+        ("EngineCore_DP0", True, "True False False"),
+        ("EngineCore_DP0", False, "True True True"),
+        ("Worker", True, "True True True"),
+    ],
 )
 def test_only_an_armed_engine_core_makes_locks_without_a_file_in_dev_shm(tmp_path, name, armed, seen):
     assert _run(tmp_path, name, armed) == seen

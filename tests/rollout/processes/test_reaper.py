@@ -8,7 +8,12 @@ import time
 from pathlib import Path
 
 from lit_asyncrl.rollout.processes import temp_dirs
-from lit_asyncrl.rollout.processes.temp_dirs import RUN_DIR_PREFIX, WEIGHTS_DIR_PREFIX, remove_dirs_of, remove_dirs_of_dead_owners
+from lit_asyncrl.rollout.processes.temp_dirs import (
+    RUN_DIR_PREFIX,
+    WEIGHTS_DIR_PREFIX,
+    remove_dirs_of,
+    remove_dirs_of_dead_owners,
+)
 
 
 def dead_pid() -> int:
@@ -106,10 +111,17 @@ if __name__ == "__main__":
         trainer.wait()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (
-        Path(f"/proc/{child_pid}").exists() or marker.exists() or any(path.exists() for path in paths) or semaphore.exists()
+        Path(f"/proc/{child_pid}").exists()
+        or marker.exists()
+        or any(path.exists() for path in paths)
+        or semaphore.exists()
     ):
         time.sleep(0.1)
-    state = Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] if Path(f"/proc/{child_pid}").exists() else "gone"
+    state = (
+        Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if Path(f"/proc/{child_pid}").exists()
+        else "gone"
+    )
     assert state in ("gone", "Z")  # killed (a zombie until init reaps it)
     assert not marker.exists()
     assert [path.name for path in paths if path.exists()] == []
@@ -126,7 +138,9 @@ environment = engine_environment()
 shared = multiprocessing.util.get_temp_dir()  # made in the run dir, removed by multiprocessing at exit
 print(made, tempfile.gettempdir(), environment["VLLM_RPC_BASE_PATH"], environment["TMPDIR"], os.path.dirname(shared), flush=True)
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ})
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ}
+    )
     made, *pointed = result.stdout.split()
     assert Path(made).name.startswith("lit_asyncrl_run_")
     assert pointed == [made, made, made, made]

@@ -140,12 +140,21 @@ def test_pending_groups_kept_by_a_checkpoint_are_trained_after_the_resume(tmp_pa
     after = RolloutBuffer(capacity=16, max_version_gap=2)
     restored = after.load_state_dict(state)
     assert [[t.group_id for t in group] for group in restored] == [[1, 1], [2, 2]]
-    assert (after.produced, after.trained, after.pending, after.num_dropped) == (6, 2, 4, 0)  # nothing dropped as "restart"
+    assert (after.produced, after.trained, after.pending, after.num_dropped) == (
+        6,
+        2,
+        4,
+        0,
+    )  # nothing dropped as "restart"
     assert after.accounting_holds() and (after.counts()["restored"], after.counts()["restored_trained"]) == (4, 0)
     episode = restored[0][0]
-    assert episode.token_ids == [1, 5, 5] and episode.loss_mask == [False, True, True] and episode.versions == [-1, 1, 2]
+    assert (
+        episode.token_ids == [1, 5, 5] and episode.loss_mask == [False, True, True] and episode.versions == [-1, 1, 2]
+    )
     assert episode.behavior_logprobs == [0.0, -0.5, -0.5]
-    assert episode.old_logprobs[1] == -0.25 and episode.old_versions == [-1, 1, -1] and math.isnan(episode.old_logprobs[2])
+    assert (
+        episode.old_logprobs[1] == -0.25 and episode.old_versions == [-1, 1, -1] and math.isnan(episode.old_logprobs[2])
+    )
     assert (episode.advantage, episode.reward, episode.task) == (0.7, 1.0, "desk")
     assert episode.tool_calls == collections.Counter(lookup=2)
     # The trainer at version 3: group 1's v1 token is 2 behind (kept); taken in their order.
@@ -158,7 +167,9 @@ def test_pending_groups_kept_by_a_checkpoint_are_trained_after_the_resume(tmp_pa
 def test_a_checkpoint_drops_a_group_filed_too_stale_after_the_last_publish():
     buffer = RolloutBuffer(capacity=8, max_version_gap=3)
     buffer.set_trainer_version(6)  # the weight publish of step 6
-    for group_id, versions in enumerate([[[2, 4], [4]], [[3], [4, 5]]]):  # filed after it: oldest v2 (gap 4), v3 (gap 3)
+    for group_id, versions in enumerate(
+        [[[2, 4], [4]], [[3], [4, 5]]]
+    ):  # filed after it: oldest v2 (gap 4), v3 (gap 3)
         buffer.try_reserve(2)
         buffer.put_group(make_group(group_id, versions), reserved=2)
     state = buffer.state_dict(keep_pending=True)

@@ -41,7 +41,9 @@ def put(buffer: RolloutBuffer, trajectories: list[Trajectory]) -> bool:
 
 
 def test_groups_without_signal_are_dropped_up_to_the_cap_per_batch_then_trained_and_counted():
-    buffer = RolloutBuffer(capacity=64, max_version_gap=3, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=2))
+    buffer = RolloutBuffer(
+        capacity=64, max_version_gap=3, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=2)
+    )
     assert put(buffer, group(0, [0.0, 0.0])) is False  # all failed: no signal, dropped
     assert put(buffer, group(1, [1.0, 0.0])) is True
     assert put(buffer, group(2, [1.0, 1.0])) is False  # all succeeded: dropped too (the second drop)
@@ -56,7 +58,9 @@ def test_groups_without_signal_are_dropped_up_to_the_cap_per_batch_then_trained_
 
 
 def test_a_cap_of_zero_drops_nothing_and_the_filter_off_neither_drops_nor_adds_counts():
-    capped = RolloutBuffer(capacity=8, max_version_gap=3, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=0))
+    capped = RolloutBuffer(
+        capacity=8, max_version_gap=3, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=0)
+    )
     assert put(capped, group(0, [0.0, 0.0])) is True and capped.counts()["zero_advantage_kept"] == 2
     default = RolloutBuffer(capacity=8, max_version_gap=3)
     assert put(default, group(0, [0.0, 0.0])) is True
@@ -76,7 +80,9 @@ def test_episodes_cut_off_stay_in_their_group_but_out_of_the_loss_and_are_counte
 
 def test_the_filters_counts_survive_a_resume():
     buffer = RolloutBuffer(
-        capacity=8, max_version_gap=3, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=0, overlong=True)
+        capacity=8,
+        max_version_gap=3,
+        group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=0, overlong=True),
     )
     put(buffer, group(0, [0.0, 0.0], cut_off=["turns", None]))
     resumed = RolloutBuffer(capacity=8, max_version_gap=3, group_filter=buffer.group_filter)
@@ -85,13 +91,17 @@ def test_the_filters_counts_survive_a_resume():
 
 
 def test_settings_are_checked_and_build_the_filter():
-    assert RolloutConfig().filters.group_filter() == GroupFilter(zero_advantage=False, max_drops_per_batch=16, overlong=False)
-    assert RolloutConfig.from_keys(filter_zero_advantage=True, max_zero_advantage_drops_per_batch=4).filters.group_filter() == GroupFilter(
-        True, 4, False
+    assert RolloutConfig().filters.group_filter() == GroupFilter(
+        zero_advantage=False, max_drops_per_batch=16, overlong=False
     )
+    assert RolloutConfig.from_keys(
+        filter_zero_advantage=True, max_zero_advantage_drops_per_batch=4
+    ).filters.group_filter() == GroupFilter(True, 4, False)
     with pytest.raises(ValueError, match=r"^rollout\.filter_overlong must be true or false, got 'yes'$"):
         RolloutConfig.from_keys(filter_overlong="yes")
-    with pytest.raises(ValueError, match=r"^rollout\.max_zero_advantage_drops_per_batch must be an integer >= 0, got -1$"):
+    with pytest.raises(
+        ValueError, match=r"^rollout\.max_zero_advantage_drops_per_batch must be an integer >= 0, got -1$"
+    ):
         RolloutConfig.from_keys(max_zero_advantage_drops_per_batch=-1)
 
 
@@ -106,7 +116,9 @@ class Typist:
     async def generate(self, prompt_ids, *, max_tokens, temperature, top_k=-1, stop_token_ids=(), on_tokens=None, **_):
         ids = self.text_ids[:max_tokens]
         on_tokens(ids, [-0.1] * len(ids))
-        return TurnOutput(ids, [-0.1] * len(ids), [0] * len(ids), "stop" if len(ids) == len(self.text_ids) else "length")
+        return TurnOutput(
+            ids, [-0.1] * len(ids), [0] * len(ids), "stop" if len(ids) == len(self.text_ids) else "length"
+        )
 
 
 class EndlessGuessing(GuessNumberEnv):
@@ -120,8 +132,12 @@ def played(env, tokenizer, max_context: int) -> Trajectory:
     five = tokenizer.encode("5", add_special_tokens=False)
     caller = EnvCaller(max_workers=1)
     try:
-        settings = EpisodeSettings(call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=max_context)
-        return asyncio.run(play_episode(Typist([*five, SEMI]), env, PlainFormat(tokenizer, env), 9, Trajectory(group_id=0), settings))
+        settings = EpisodeSettings(
+            call_env=caller, sampling=SamplingSettings(temperature=1.0, top_k=-1), max_context=max_context
+        )
+        return asyncio.run(
+            play_episode(Typist([*five, SEMI]), env, PlainFormat(tokenizer, env), 9, Trajectory(group_id=0), settings)
+        )
     finally:
         caller.close()
 
@@ -141,7 +157,9 @@ def test_a_synchronous_producer_replaces_the_groups_the_filter_dropped(engines, 
     # Every episode writes "a;" (malformed, reward -0.2): no group carries a signal. One drop per
     # batch: the first group of a version is dropped and replaced, the next kept at the cap.
     engine = engines.engine(malformed_guess)
-    buffer = RolloutBuffer(capacity=1000, max_version_gap=10, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=1))
+    buffer = RolloutBuffer(
+        capacity=1000, max_version_gap=10, group_filter=GroupFilter(zero_advantage=True, max_drops_per_batch=1)
+    )
     producer = engines.producer(engine, buffer, tokenizer, groups_per_version=2)
     producer.start()
     wait_for(lambda: buffer.counts()["zero_advantage_kept"] == 4, "two groups kept at version 0")

@@ -54,7 +54,12 @@ def delayed_boom(delay_s: float):
 
 
 def make_service(
-    model_path, *, max_version_gap: int = 3, buffer_capacity: int = 8, liveness_poll_s: float = 0.5, checkpoint_pending: bool = True
+    model_path,
+    *,
+    max_version_gap: int = 3,
+    buffer_capacity: int = 8,
+    liveness_poll_s: float = 0.5,
+    checkpoint_pending: bool = True,
 ) -> VLLMRolloutService:
     settings = RolloutConfig.from_keys(
         checkpoint_pending=checkpoint_pending,
@@ -78,11 +83,15 @@ def test_sync_mode_starts_groups_per_version_then_waits_for_the_next_version(eng
     producer.start()
 
     wait_for(lambda: buffer.produced == 4, "2 groups of 2 episodes at version 0")
-    assert holds_for(lambda: producer.groups_started == 2 and buffer.produced == 4), "a third group started at version 0"
+    assert holds_for(lambda: producer.groups_started == 2 and buffer.produced == 4), (
+        "a third group started at version 0"
+    )
 
     engine.version = 1
     wait_for(lambda: buffer.produced == 8, "2 more groups at version 1")
-    assert holds_for(lambda: producer.groups_started == 4 and buffer.produced == 8), "a fifth group started at version 1"
+    assert holds_for(lambda: producer.groups_started == 4 and buffer.produced == 8), (
+        "a fifth group started at version 1"
+    )
 
     groups = buffer.take(4, timeout_s=1)
     assert [group[0].group_id for group in groups] == [0, 1, 2, 3]
@@ -99,7 +108,13 @@ def test_sync_mode_starts_groups_per_version_then_waits_for_the_next_version(eng
             assert trajectory.advantage == 0.0  # equal rewards in the group: (r - mean) / (std + eps) = 0
     # what the producer asked the engine: the whole context, max_turn_tokens = len("10") + 1,
     # stop at ';' or <eos>
-    assert engine.requests[0] == {"prompt": [BOS, QUESTION], "max_tokens": 3, "temperature": 1.0, "top_k": -1, "stop": [SEMI, EOS]}
+    assert engine.requests[0] == {
+        "prompt": [BOS, QUESTION],
+        "max_tokens": 3,
+        "temperature": 1.0,
+        "top_k": -1,
+        "stop": [SEMI, EOS],
+    }
     assert len(engine.requests) == 8
     assert producer.error is None
     assert buffer.accounting_holds()
@@ -313,7 +328,9 @@ class EveryOtherResetFails(GuessNumberEnv):
 def test_episodes_the_environment_fails_are_dropped_with_their_reason_and_the_rest_trained(engines, tokenizer):
     engine = engines.engine(malformed_guess)
     buffer = RolloutBuffer(capacity=8, max_version_gap=10)
-    producer = engines.producer(engine, buffer, tokenizer, env=EveryOtherResetFails(), max_concurrent_groups=1, env_failure_limit=0.6)
+    producer = engines.producer(
+        engine, buffer, tokenizer, env=EveryOtherResetFails(), max_concurrent_groups=1, env_failure_limit=0.6
+    )
     producer.start()
     wait_for(lambda: buffer.counts()["produced"] >= 6, "3 groups")
     producer.stop()
@@ -330,7 +347,9 @@ def test_episodes_the_environment_fails_are_dropped_with_their_reason_and_the_re
 def test_a_failure_rate_above_the_limit_stops_the_run_naming_counts_and_the_last_error(engines, tokenizer):
     engine = engines.engine(malformed_guess)
     buffer = RolloutBuffer(capacity=64, max_version_gap=10)
-    producer = engines.producer(engine, buffer, tokenizer, env=EveryOtherResetFails(), env_failure_limit=0.4, env_failure_window=4)
+    producer = engines.producer(
+        engine, buffer, tokenizer, env=EveryOtherResetFails(), env_failure_limit=0.4, env_failure_window=4
+    )
     producer.start()
     wait_for(lambda: producer.error is not None, "the failure-rate stop")
     producer.stop()
@@ -388,7 +407,10 @@ def test_a_resumed_service_trains_the_stored_groups_and_numbers_new_ones_past_th
         assert first.buffer.try_reserve(2)
         first.buffer.put_group(group_with_versions(group_id, [[3], [4]]), reserved=2)
     state = first.state_dict()
-    assert [[episode["group_id"] for episode in group] for group in state["accounting"]["pending_groups"]] == [[5, 5], [9, 9]]
+    assert [[episode["group_id"] for episode in group] for group in state["accounting"]["pending_groups"]] == [
+        [5, 5],
+        [9, 9],
+    ]
     assert state["in_flight"] == []  # not started: nothing in flight
     episodes = groups_to_state([[Trajectory(group_id=12), Trajectory(group_id=12)]])[0]
     state["in_flight"] = [
@@ -460,8 +482,17 @@ def test_an_episode_that_had_ended_before_the_checkpoint_is_kept_as_it_was(engin
     waiting = Trajectory(group_id=7)
     waiting.extend_context([BOS, QUESTION])
     waiting.committed = 2
-    state = {"group_id": 7, "instance": pickle.dumps(4), "seeds": [1, 2], "episodes": groups_to_state([[ended, waiting]])[0]}
+    state = {
+        "group_id": 7,
+        "instance": pickle.dumps(4),
+        "seeds": [1, 2],
+        "episodes": groups_to_state([[ended, waiting]])[0],
+    }
     requests, _, (first, second) = continue_group(engines, tokenizer, state, version=3)
-    assert (first.token_ids, first.versions, first.reward) == ([BOS, QUESTION, LETTER_A, SEMI], [-1, -1, 2, 2], 0.5)  # not played again
+    assert (first.token_ids, first.versions, first.reward) == (
+        [BOS, QUESTION, LETTER_A, SEMI],
+        [-1, -1, 2, 2],
+        0.5,
+    )  # not played again
     assert (second.token_ids, second.versions) == ([BOS, QUESTION, SEMI], [-1, -1, 3])
     assert len(requests) == 1  # only the episode in flight asked the engine

@@ -19,14 +19,24 @@ def test_the_checkpoint_holds_the_services_accounting():
     saved = datamodule_after_a_run().state_dict()
     assert saved == {
         "rollout_service": {
-            "accounting": {"produced": 10, "trained": 6, "dropped": {"stale": 4}, "pending": 0, "by_task": {}, "pending_groups": []},
+            "accounting": {
+                "produced": 10,
+                "trained": 6,
+                "dropped": {"stale": 4},
+                "pending": 0,
+                "by_task": {},
+                "pending_groups": [],
+            },
             "in_flight": [],  # nothing generating: the service is not started
         }
     }
     resumed = RolloutDataModule(**SMALL)
     resumed.load_state_dict(saved)
     accounting = resumed.state_dict()["rollout_service"]["accounting"]
-    assert accounting == {**saved["rollout_service"]["accounting"], "dropped": {"stale": 4, "restart": 0}}  # none was pending
+    assert accounting == {
+        **saved["rollout_service"]["accounting"],
+        "dropped": {"stale": 4, "restart": 0},
+    }  # none was pending
 
 
 def test_a_checkpoint_from_before_the_services_state_still_resumes():

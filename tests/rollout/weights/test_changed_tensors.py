@@ -68,8 +68,14 @@ def test_a_changed_projection_travels_with_those_vllm_fuses_it_with():
     }
     changed = ChangedTensors()
     changed.sent(state)
-    merged = {**state, "model.layers.0.self_attn.q_proj.weight": torch.ones(2), "model.layers.0.self_attn.v_proj.weight": torch.ones(2)}
-    assert sorted(changed.select(merged)) == [f"model.layers.0.self_attn.{part}.weight" for part in ("k_proj", "q_proj", "v_proj")]
+    merged = {
+        **state,
+        "model.layers.0.self_attn.q_proj.weight": torch.ones(2),
+        "model.layers.0.self_attn.v_proj.weight": torch.ones(2),
+    }
+    assert sorted(changed.select(merged)) == [
+        f"model.layers.0.self_attn.{part}.weight" for part in ("k_proj", "q_proj", "v_proj")
+    ]
     # up alone pulls gate; a trained final norm travels alone (not with the embedding beside it)
     written = {**state, "model.layers.1.mlp.up_proj.weight": torch.ones(2), "model.norm.weight": torch.ones(2)}
     assert sorted(changed.select(written)) == [

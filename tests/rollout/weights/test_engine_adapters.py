@@ -26,9 +26,15 @@ def test_a_request_keeps_its_adapter_and_unused_adapters_go_at_the_next_push(tmp
     assert (first.lora_id, first.version) == (1, 0)
     # The adapter's files are peft's: its config (rank, alpha, targets) and the tensors pushed.
     config = json.loads((tmp_path / "adapter-1-v0" / "adapter_config.json").read_text())
-    assert (config["r"], config["lora_alpha"], sorted(config["target_modules"])) == (8, 32.0, sorted(LoRASettings().target_modules))
+    assert (config["r"], config["lora_alpha"], sorted(config["target_modules"])) == (
+        8,
+        32.0,
+        sorted(LoRASettings().target_modules),
+    )
     assert torch.equal(
-        load_file(tmp_path / "adapter-1-v0" / ADAPTER_FILE)["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"],
+        load_file(tmp_path / "adapter-1-v0" / ADAPTER_FILE)[
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
+        ],
         torch.ones(8, 128),
     )
 

@@ -10,7 +10,13 @@ from lit_asyncrl.rollout.weights.adapters import AdapterRoute, EngineAdapters
 from lit_asyncrl.rollout.weights.changed_tensors import ChangedTensors, WholeTensors
 from lit_asyncrl.rollout.weights.choice import actor_route, local_route, select_weight_transfer
 from lit_asyncrl.rollout.weights.file_routes import FileRoute, StagedRoute
-from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient, GlooRoute, IPCRoute, NCCLRoute, weights_for_engine
+from lit_asyncrl.rollout.weights.transfer import (
+    EngineWeightSyncClient,
+    GlooRoute,
+    IPCRoute,
+    NCCLRoute,
+    weights_for_engine,
+)
 from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
@@ -49,7 +55,13 @@ def test_the_route_each_configuration_selects(requested, device, placement, proc
         ),
         ("ipc", "cpu", "local", 1, r"rollout.weight_transfer=ipc needs CUDA GPUs"),
         ("ipc", "cuda", "ray", 1, r"with rollout.placement=ray use nccl"),
-        ("ipc", "cuda", "local", 2, r"rollout.weight_transfer=ipc with 2 trainer processes: only rank 0 pushes weights here; use nccl"),
+        (
+            "ipc",
+            "cuda",
+            "local",
+            2,
+            r"rollout.weight_transfer=ipc with 2 trainer processes: only rank 0 pushes weights here; use nccl",
+        ),
         ("shm", "cpu", "local", 1, r"rollout.weight_transfer='shm': choose one of auto, file, staged, gloo, nccl, ipc"),
         (
             "staged",
@@ -80,7 +92,9 @@ def test_each_chosen_route_is_a_class_of_its_own_for_both_engines(name, local, t
     settings = EngineSettings(weight_transfer=name)
     assert type(local_route(settings, adapters=None, max_loras=4)) is local
     assert type(actor_route(settings)) is to_an_actor
-    assert isinstance(local_route(settings, adapters=None, max_loras=4).selection, ChangedTensors)  # then only what was written
+    assert isinstance(
+        local_route(settings, adapters=None, max_loras=4).selection, ChangedTensors
+    )  # then only what was written
 
 
 def test_adapters_take_the_adapter_route_whatever_the_transfer_and_travel_whole(tmp_path):
@@ -96,12 +110,16 @@ def test_adapters_take_the_adapter_route_whatever_the_transfer_and_travel_whole(
 def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_files():
     for name, route_class in (("gloo", GlooRoute), ("nccl", NCCLRoute), ("ipc", IPCRoute)):
         route = route_class(ChangedTensors(), torch.float32, engine_workers=2)
-        args = engine_args("model", EngineSettings(weight_transfer=name, tensor_parallel_size=2), "cuda", 0, route.engine_arguments())
+        args = engine_args(
+            "model", EngineSettings(weight_transfer=name, tensor_parallel_size=2), "cuda", 0, route.engine_arguments()
+        )
         assert args.weight_transfer_config.backend == name
         assert args.tensor_parallel_size == 2
     file_route = local_route(EngineSettings(), adapters=None, max_loras=4)
     assert file_route.engine_arguments() == {}
-    assert engine_args("model", EngineSettings(), "cpu", 0, file_route.engine_arguments()).weight_transfer_config is None
+    assert (
+        engine_args("model", EngineSettings(), "cpu", 0, file_route.engine_arguments()).weight_transfer_config is None
+    )
     staged = local_route(EngineSettings(weight_transfer="staged"), adapters=None, max_loras=4).engine_arguments()
     assert staged == {"worker_extension_cls": "lit_asyncrl.rollout.weights.staged.StagedWeightsExtension"}
 
@@ -133,30 +151,43 @@ def test_the_engine_gets_its_own_dtype_and_a_tied_embedding_once_as_the_head():
     embedding = torch.randn(5, 3)
     # A tied model's state dict names its one tensor twice; it travels once, under the head's name.
     tied = weights_for_engine(
-        {"model.embed_tokens.weight": embedding, "lm_head.weight": embedding, "model.norm.weight": torch.ones(3)}, torch.bfloat16
+        {"model.embed_tokens.weight": embedding, "lm_head.weight": embedding, "model.norm.weight": torch.ones(3)},
+        torch.bfloat16,
     )
     assert sorted(tied) == ["lm_head.weight", "model.norm.weight"]
     assert all(tensor.dtype == torch.bfloat16 for tensor in tied.values())
     assert torch.equal(tied["lm_head.weight"], embedding.to(torch.bfloat16))
     # A state dict without the head (the embedding stands for it) and a view of the same storage.
     assert list(weights_for_engine({"model.embed_tokens.weight": embedding}, torch.float32)) == ["lm_head.weight"]
-    assert list(weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.view(5, 3)}, torch.float32)) == [
-        "lm_head.weight"
-    ]
+    assert list(
+        weights_for_engine(
+            {"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.view(5, 3)}, torch.float32
+        )
+    ) == ["lm_head.weight"]
     head = torch.randn(5, 3)
     untied = weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": head}, torch.float32)
     assert sorted(untied) == ["lm_head.weight", "model.embed_tokens.weight"]  # an untied head: both travel
     assert untied["lm_head.weight"].data_ptr() == head.data_ptr()  # same dtype: no copy, and its own head kept
     assert untied["model.embed_tokens.weight"].data_ptr() == embedding.data_ptr()
     # Equal values in two storages are two parameters, not a tie.
-    assert len(weights_for_engine({"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.clone()}, torch.float32)) == 2
+    assert (
+        len(
+            weights_for_engine(
+                {"model.embed_tokens.weight": embedding, "lm_head.weight": embedding.clone()}, torch.float32
+            )
+        )
+        == 2
+    )
 
 
 def test_the_weight_source_declares_what_it_yields():
     sender = GlooRoute(ChangedTensors(), torch.bfloat16, engine_workers=1)
     sender.source.set({"a.weight": torch.ones(2, 3), "b.bias": torch.zeros(4)})
     meta = sender.source.metadata()
-    assert [(m.name, m.dtype, m.shape) for m in meta] == [("a.weight", torch.bfloat16, (2, 3)), ("b.bias", torch.bfloat16, (4,))]
+    assert [(m.name, m.dtype, m.shape) for m in meta] == [
+        ("a.weight", torch.bfloat16, (2, 3)),
+        ("b.bias", torch.bfloat16, (4,)),
+    ]
     assert [(name, tuple(t.shape), t.dtype) for name, t in sender.source] == [
         ("a.weight", (2, 3), torch.bfloat16),
         ("b.bias", (4,), torch.bfloat16),
