@@ -35,20 +35,22 @@ def check_lora_supported(
 
     if module_lora != engine_lora:
         raise ValueError(
-            f"model.lora ({module_lora}) and {config_key('rollout.lora')} ({engine_lora}) differ: the engines serve the adapter "
-            "the module trains, so set both alike (the Hydra config ties rollout.lora to model.lora)"
+            f"model.lora ({module_lora}) and {config_key('rollout.lora')} ({engine_lora}) differ: "
+            "the engines serve the adapter the module trains, so set both alike "
+            "(the Hydra config ties rollout.lora to model.lora)"
         )
     if module_lora.enabled and isinstance(strategy, FSDP2Strategy):
         raise ValueError(
-            f"model.lora.rank={module_lora.rank} under trainer.strategy={STRATEGY_NAME}: not supported yet; use trainer.strategy=ddp"
+            f"model.lora.rank={module_lora.rank} under trainer.strategy={STRATEGY_NAME}: "
+            "not supported yet; use trainer.strategy=ddp"
         )
     # These two score a version's tokens when its weights leave the engine; with adapters, a turn
     # in flight would otherwise keep sampling on its old adapter after that (`rollout/weights/adapters.py`).
     for cls, name in ((InterruptSyncReference, "interrupt_sync"), (DedicatedReference, "dedicated")):
         if module_lora.serves_adapters and not module_lora.moves_turns and isinstance(reference, cls):
             raise ValueError(
-                f"reference={name} with model.lora.push=adapter needs model.lora.in_flight=move (turns in flight move to "
-                f"the new adapter at a push), got in_flight={module_lora.in_flight}"
+                f"reference={name} with model.lora.push=adapter needs model.lora.in_flight=move "
+                f"(turns in flight move to the new adapter at a push), got in_flight={module_lora.in_flight}"
             )
 
 

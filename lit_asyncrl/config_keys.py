@@ -2,8 +2,8 @@
 
 The code names a setting by its Hydra key (`rollout.max_model_len`). The Lightning CLI reaches the
 same setting through the DataModule's argument (`data.rollout.engine.max_model_len`): its entry says so for
-the run (`keys_spelled_as(cli_paths())`, `rollout/settings.py`), and every message renders its keys through `config_key`,
-so a Hydra user reads the key they set and a CLI user the path they passed.
+the run (`keys_spelled_as(cli_paths())`, `rollout/settings.py`), and every message renders its keys through
+`config_key`, so a Hydra user reads the key they set and a CLI user the path they passed.
 """
 
 from __future__ import annotations

@@ -108,7 +108,9 @@ class RolloutDataModule(L.LightningDataModule):
 
 class _ServiceStream(IterableDataset):
     def __init__(self, rollouts: RolloutService, timeout_s: float, step: Callable[[], int]) -> None:
-        self.rollouts, self.timeout_s, self.step = rollouts, timeout_s, step
+        self.rollouts = rollouts
+        self.timeout_s = timeout_s
+        self.step = step
 
     def __iter__(self) -> Iterator[dict]:
         while True:
@@ -122,7 +124,11 @@ class _HeldOutEvaluation(IterableDataset):
     chunk_size = 8
 
     def __init__(self, rollouts: RolloutService, instances: list, samples: int, k: int, timeout_s: float) -> None:
-        self.rollouts, self.instances, self.samples, self.k, self.timeout_s = rollouts, instances, samples, k, timeout_s
+        self.rollouts = rollouts
+        self.instances = instances
+        self.samples = samples
+        self.k = k
+        self.timeout_s = timeout_s
 
     def __len__(self) -> int:
         return -(-len(self.instances) // self.chunk_size)

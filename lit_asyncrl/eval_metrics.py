@@ -79,7 +79,8 @@ class HeldOutMetrics(torch.nn.Module):
 
     def __init__(self, k: int, task_names: tuple[str, ...] = ()) -> None:
         super().__init__()
-        self.k, self.task_names = k, tuple(task_names)
+        self.k = k
+        self.task_names = tuple(task_names)
         # "all" for every instance, "task_<name>" for a task's (the prefix keeps a task named "all" apart).
         self.groups = torch.nn.ModuleDict(
             {

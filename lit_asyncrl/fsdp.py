@@ -92,12 +92,14 @@ def check_reference_supported(strategy: object, reference: object, fidelity: boo
     for cls, name in unsupported.items():
         if isinstance(reference, cls):
             raise ValueError(
-                f"reference={name} under trainer.strategy={STRATEGY_NAME}: not supported yet (its callbacks are not shard-aware); "
+                f"reference={name} under trainer.strategy={STRATEGY_NAME}: "
+                "not supported yet (its callbacks are not shard-aware); "
                 "use trainer.strategy=ddp, or reference=none, async_recompute or dedicated"
             )
     if fidelity:
         raise ValueError(
-            f"fidelity=true under trainer.strategy={STRATEGY_NAME}: not supported yet (it keeps unsharded snapshots); use trainer.strategy=ddp"
+            f"fidelity=true under trainer.strategy={STRATEGY_NAME}: "
+            "not supported yet (it keeps unsharded snapshots); use trainer.strategy=ddp"
         )
 
 

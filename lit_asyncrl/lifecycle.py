@@ -122,9 +122,9 @@ def quiet_known_warnings() -> None:
     version staler); Lightning warns about that signature at every fit. The held-out evaluation is an
     IterableDataset with a length (its chunks, for the progress bar) read in this process only.
     Lightning's CSV logger's note that the run dir is not empty is replaced by a precise warning
-    (`before_fit.warn_of_replaced_metrics`). Lightning's tip advertising its cloud logger is dropped too (runs log to CSV on purpose), and
-    transformers' bar for loading a model's weights (a run loads its small policy several times: the
-    module, the warm start, the references; Lightning's own bar is the one to watch).
+    (`before_fit.warn_of_replaced_metrics`). Lightning's tip advertising its cloud logger is dropped too (runs log to
+    CSV on purpose), and transformers' bar for loading a model's weights (a run loads its small policy several times:
+    the module, the warm start, the references; Lightning's own bar is the one to watch).
     """
     from transformers.utils import logging as transformers_logging
 

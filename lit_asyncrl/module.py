@@ -120,7 +120,8 @@ class AsyncRLModule(L.LightningModule):
         _check_loss_and_reference(self.loss_fn, self.reference)
         if self.lora.enabled and train_last_layers is not None:
             raise ValueError(
-                "model.lora.rank > 0 trains an adapter, model.train_last_layers the model's last layers: set one of them"
+                "model.lora.rank > 0 trains an adapter, model.train_last_layers the model's last layers: "
+                "set one of them"
             )
         self.policy = load_policy(resolve_model_path(model_path))  # dropout off: a note says so
         if train_last_layers is not None:

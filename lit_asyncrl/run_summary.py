@@ -39,15 +39,16 @@ def machine_description() -> str:
             continue
     processor = platform.processor() or platform.machine()
     return (
-        f"{os.cpu_count()} CPUs ({processor}), {platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        + ", ".join(versions)
+        f"{os.cpu_count()} CPUs ({processor}), {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, " + ", ".join(versions)
     )
 
 
 def write_summary(
     run_dir: Path, overrides: list[str], wall_s: float, metrics: dict[str, float], fingerprint: str | None = None
 ) -> Path:
-    """Atomically write `summary.json`: the run's overrides, wall time, machine, final metrics and config fingerprint."""
+    """Atomically write `summary.json`: the run's overrides, wall time, machine, final metrics and config
+    fingerprint."""
     path = Path(run_dir) / SUMMARY_FILE
     summary = {
         "overrides": list(overrides),

@@ -27,7 +27,8 @@ def encode_text(tokenizer: Any, text: str, source: str = "environment text") -> 
         missing = sorted({char for char in text if tokenizer.encode(char, add_special_tokens=False) == [unk]})
         raise UnencodableTextError(
             f"{source} has characters the policy's tokenizer cannot encode: {missing!r} (in {text[:80]!r}); "
-            "the built-in tiny policy covers printable ASCII and newline: change the text or use a model with a byte-level tokenizer"
+            "the built-in tiny policy covers printable ASCII and newline: "
+            "change the text or use a model with a byte-level tokenizer"
         )
     return ids
 

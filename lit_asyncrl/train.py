@@ -123,7 +123,8 @@ def _refuse_ddp_in_multirun(cfg: DictConfig, hydra_cfg) -> None:
     would launch the whole sweep. A sweep runs its jobs one process each (or through a launcher)."""
     from hydra.types import RunMode
 
-    devices, num_nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
+    devices = cfg.trainer.get("devices", 1)
+    num_nodes = cfg.trainer.get("num_nodes", 1)
     several = (
         (isinstance(devices, int) and devices > 1)
         or (not isinstance(devices, (int, str)) and len(devices) > 1)

@@ -52,7 +52,9 @@ class DemonstrationStream(IterableDataset):
     """Endless collated batches of scripted plays, drawn from `seed`."""
 
     def __init__(self, env: Environment, tokenizer: Any, batch_size: int, seed: int) -> None:
-        self.env, self.batch_size, self.seed = env, batch_size, seed
+        self.env = env
+        self.batch_size = batch_size
+        self.seed = seed
         self.episode_formats = episode_formats_for(tokenizer, env)
         self.pad_id = pad_token_id(tokenizer)
 
@@ -69,7 +71,8 @@ class SupervisedWarmStart(L.LightningModule):
 
     def __init__(self, policy: torch.nn.Module, lr: float) -> None:
         super().__init__()
-        self.policy, self.lr = policy, lr
+        self.policy = policy
+        self.lr = lr
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.policy.parameters(), lr=self.lr)
@@ -99,7 +102,10 @@ class WarmStart:
             raise ValueError(f"warm_start.lr must be > 0, got {lr}")
         if batch_size < 1:
             raise ValueError(f"warm_start.batch_size must be >= 1, got {batch_size}")
-        self.steps, self.lr, self.batch_size, self.seed = steps, lr, batch_size, seed
+        self.steps = steps
+        self.lr = lr
+        self.batch_size = batch_size
+        self.seed = seed
 
     def run(
         self,

@@ -346,7 +346,8 @@ class EWMAReference(Callback):
 
     def _restore_average(self) -> None:
         """Applies a checkpointed average (or, for an empty one, the live weights) once the weights exist."""
-        state, self._loaded = self._loaded, None
+        state = self._loaded
+        self._loaded = None
         if state is None:
             return
         saved = state.get("average")
@@ -378,7 +379,8 @@ class EWMAReference(Callback):
         return value
 
     def _warn_if_window_gives_zero_beta(self) -> None:
-        """Warns once when the staleness window makes this update's ``beta`` 0 (an explicit ``beta=0`` is not warned)."""
+        """Warns once when the staleness window makes this update's ``beta`` 0 (an explicit ``beta=0`` is not
+        warned)."""
         if self._beta is not None or self.beta != 0.0:
             return
         why = "every version gap observed so far is 0" if self._window == "auto" else "staleness_window=0"
@@ -401,7 +403,8 @@ class EWMAReference(Callback):
 
     def _take_pending_gap(self) -> float:
         """This rank's max gap since the last update, or -1 when none was observed."""
-        gap, self._pending_gap = self._pending_gap, None
+        gap = self._pending_gap
+        self._pending_gap = None
         return -1.0 if gap is None else float(gap)
 
     def _track(self, trainer: Trainer, pl_module: LightningModule, value: float) -> int:

@@ -325,7 +325,8 @@ class SnapshotRetention(Callback):
 
     def _materialise(self, version: int, module: nn.Module) -> dict[str, Tensor]:
         """Host snapshot -> tensors on the live devices (load) in the live dtypes (restore)."""
-        host, live = self.store.get(version), module_tensors(module)
+        host = self.store.get(version)
+        live = module_tensors(module)
         shared = self.store.shared_tensors(version, module)  # frozen: read from the live module
         _check_same_names(version, host, {name: t for name, t in live.items() if name not in shared})
         start = time.perf_counter()
@@ -387,7 +388,8 @@ def _resolve_module(pl_module: nn.Module, module_attr: str | None) -> nn.Module:
 def _check_same_names(version: int, host: dict[str, Tensor], live: dict[str, Tensor]) -> None:
     # functional_call would otherwise fall back to a live tensor for a name the snapshot lacks.
     if host.keys() != live.keys():
-        missing, extra = sorted(live.keys() - host.keys()), sorted(host.keys() - live.keys())
+        missing = sorted(live.keys() - host.keys())
+        extra = sorted(host.keys() - live.keys())
         raise ValueError(
             f"snapshot of version {version} does not match the module: missing {missing}, unexpected {extra}"
         )

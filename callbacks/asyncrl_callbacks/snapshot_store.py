@@ -243,7 +243,8 @@ class SnapshotStore:
 
     def _copy_to_host(self, module: nn.Module) -> dict[str, Tensor]:
         params = dict(module.named_parameters())
-        host, cuda_device = {}, None
+        host = {}
+        cuda_device = None
         for name, tensor in kept_tensors(module, self.keep).items():
             pin = self.pin_memory and tensor.is_cuda
             dtype = self._host_dtype(tensor, name in params)

@@ -84,7 +84,9 @@ class GuessNumberEnv(Environment):
         return GuessNumberEpisode(instance, self.max_value, self.max_turns, self.malformed_reward)
 
     def demonstration(self, instance: int) -> list[tuple[str, str]]:
-        low, high, turns = 1, self.max_value, []
+        low = 1
+        high = self.max_value
+        turns = []
         while len(turns) < self.max_turns:
             guess = (low + high) // 2
             if guess == instance:

@@ -136,5 +136,6 @@ class BalancedTaskMix(TaskMix):
 
 def keep_rate(counts: Mapping[str, int], task: str) -> float:
     """The share of `task`'s finished episodes trained rather than dropped as stale, (t + 1) / (t + s + 1)."""
-    trained, stale = counts.get(f"{task}/trained", 0), counts.get(f"{task}/dropped_stale", 0)
+    trained = counts.get(f"{task}/trained", 0)
+    stale = counts.get(f"{task}/dropped_stale", 0)
     return (trained + 1) / (trained + stale + 1)

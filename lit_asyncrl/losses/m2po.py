@@ -121,13 +121,15 @@ def _window_selection(
     kept = torch.empty_like(valid)
     clamped_sum = torch.zeros((), dtype=torch.float64, device=valid.device)  # sum of min(square, low)
     above_count = torch.zeros((), dtype=torch.long, device=valid.device)  # tokens with square > low
-    window_index, window_squared = [], []
+    window_index = []
+    window_squared = []
     masks = None
     length = valid.shape[1]
     for part, squared, chunk_valid in _squares(log_ratio, valid, torch.float64):
         n = squared.numel()
         masks = torch.empty(2, n, dtype=torch.bool, device=valid.device) if masks is None else masks
-        above, window = masks[0, :n], masks[1, :n]
+        above = masks[0, :n]
+        window = masks[1, :n]
         torch.gt(squared, low, out=above)  # False off valid (0 there, low >= 0)
         torch.logical_not(above, out=kept[part].view(-1)).logical_and_(chunk_valid)  # below low: kept
         above_count += count_true(above)
@@ -135,7 +137,8 @@ def _window_selection(
         window_squared.append(squared[index])
         window_index.append(index + part.start * length)
         clamped_sum += squared.clamp_(max=low).sum()
-    index, window_squared = torch.cat(window_index), torch.cat(window_squared)
+    index = torch.cat(window_index)
+    window_squared = torch.cat(window_squared)
     above_count = int(above_count)
     clamped_sum = float(clamped_sum)
     base_sum = clamped_sum - low * above_count  # the tokens below low (every other one adds low)

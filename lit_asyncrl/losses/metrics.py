@@ -101,7 +101,8 @@ def _slot_table(prepared: PreparedInputs, discrepancy_mask: Tensor | None, clip_
     """
     valid = prepared.valid  # [B, T]
     gap = prepared.version_gap
-    device, dtype = valid.device, prepared.behavior_logprobs.dtype
+    device = valid.device
+    dtype = prepared.behavior_logprobs.dtype
     per_row = device.type != "cpu" if PER_ROW_SCATTER is None else PER_ROW_SCATTER
     counts = torch.zeros(_SLOTS * 4, dtype=torch.long, device=device)  # [24]: slot * 4 + 2 * kept + clipped
     # accumulator rows padded to 64 (float32) or 128 bytes: threads updating different rows share no
@@ -121,8 +122,11 @@ def _slot_table(prepared: PreparedInputs, discrepancy_mask: Tensor | None, clip_
     for part in chunks:
         chunk_valid = valid[part].reshape(-1)
         n = chunk_valid.numel()
-        values, slot, code = values_buffer[:, :n], slot_buffer[:n], code_buffer[:n]
-        log_ratio, excess = values[0], values[1]
+        values = values_buffer[:, :n]
+        slot = slot_buffer[:n]
+        code = code_buffer[:n]
+        log_ratio = values[0]
+        excess = values[1]
         torch.sub(prepared.logprobs[part].reshape(-1), prepared.behavior_logprobs[part].reshape(-1), out=log_ratio)
         log_ratio.clamp_(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
         torch.expm1(log_ratio, out=excess)  # r - 1 with r = pi_theta / mu_old

@@ -36,7 +36,8 @@ def trust_region_mask(ratio_value: Tensor, advantages: Tensor, bounds: tuple[flo
     """
     low, high = bounds
     positive = advantages >= 0
-    below_high, above_low = ratio_value <= high, ratio_value >= low
+    below_high = ratio_value <= high
+    above_low = ratio_value >= low
     # bool algebra rather than torch.where on bool tensors, which is not vectorised on CPU (~10x
     # slower); in place on the fresh comparisons unless the shapes broadcast
     if below_high.shape == positive.shape:

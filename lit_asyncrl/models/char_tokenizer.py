@@ -14,7 +14,10 @@ import string
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+PAD = "<pad>"
+BOS = "<bos>"
+EOS = "<eos>"
+UNK = "<unk>"
 CHARACTERS = "\n" + "".join(chr(code) for code in range(32, 127))  # newline + printable ASCII
 VOCAB: list[str] = [PAD, BOS, EOS, UNK, *CHARACTERS]
 assert set(string.printable) - set(CHARACTERS) == set("\t\r\x0b\x0c")

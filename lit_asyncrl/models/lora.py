@@ -123,7 +123,8 @@ def add_adapter(policy: torch.nn.Module, settings: LoRASettings) -> torch.nn.Mod
     ]
     if missing:
         raise ValueError(
-            f"{config_key('model.lora.target_modules')}: {type(policy).__name__} has no layer named {', '.join(missing)}"
+            f"{config_key('model.lora.target_modules')}: "
+            f"{type(policy).__name__} has no layer named {', '.join(missing)}"
         )
     return get_peft_model(policy, settings.peft_config())
 

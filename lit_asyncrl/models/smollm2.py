@@ -48,7 +48,8 @@ def _check_converters() -> None:
     missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
     if missing:
         raise ModuleNotFoundError(
-            f"model.path=smollm2_135m needs the package(s) {', '.join(missing)} to convert the GGUF file; {INSTALL_HINT}"
+            f"model.path=smollm2_135m needs the package(s) {', '.join(missing)} "
+            f"to convert the GGUF file; {INSTALL_HINT}"
         )
 
 
@@ -76,6 +77,7 @@ def build_smollm2_135m(cache_dir: Path | None = None) -> Path:
     if not config.tie_word_embeddings or tokenizer.eos_token != END_OF_TURN or not tokenizer.chat_template:
         raise RuntimeError(
             f"converting {name} gave an unexpected model (tie_word_embeddings={config.tie_word_embeddings}, "
-            f"eos={tokenizer.eos_token!r}, chat template: {bool(tokenizer.chat_template)}); was the transformers version changed?"
+            f"eos={tokenizer.eos_token!r}, chat template: {bool(tokenizer.chat_template)}); "
+            "was the transformers version changed?"
         )
     return save_model_folder(model, tokenizer, target)

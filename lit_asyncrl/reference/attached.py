@@ -33,7 +33,8 @@ class InterruptSyncReference(ReferenceSource):
         rollouts = require_service(rollouts, "reference=interrupt_sync")
         if rollouts.weight_sync_every != 1:
             raise ValueError(
-                f"reference=interrupt_sync needs {config_key('rollout.weight_sync_every')}=1, got {rollouts.weight_sync_every}"
+                f"reference=interrupt_sync needs {config_key('rollout.weight_sync_every')}=1, "
+                f"got {rollouts.weight_sync_every}"
             )
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:

@@ -42,7 +42,10 @@ class EWMAReferenceSource(ReferenceSource):
             raise ValueError(
                 f"reference.beta must be in (0, 1) or null (derived from the staleness window), got {beta}"
             )
-        self.beta, self.staleness_window, self.tau, self.patience = beta, staleness_window, tau, patience
+        self.beta = beta
+        self.staleness_window = staleness_window
+        self.tau = tau
+        self.patience = patience
         self._ewma = EWMAReference(
             beta=beta,
             staleness_window=None if beta is not None else staleness_window,
@@ -53,7 +56,8 @@ class EWMAReferenceSource(ReferenceSource):
 
     @property
     def may_equal_current(self) -> bool:  # type: ignore[override]  # a ClassVar on the base
-        """At the step after an automatic reset (or the first step) the average is the live weights: r_s == 1 by design."""
+        """At the step after an automatic reset (or the first step) the average is the live weights: r_s == 1 by
+        design."""
         return self._ewma.holds_only_live_weights
 
     def callbacks(self) -> list[L.Callback]:

@@ -34,12 +34,10 @@ class SnapshotReference(ReferenceSource):
         max_bytes: int | None = None,
         storage_dtype: str | None = None,
     ) -> None:
-        self.max_staleness, self.max_resident, self.max_bytes, self.storage_dtype = (
-            max_staleness,
-            max_resident,
-            max_bytes,
-            storage_dtype,
-        )
+        self.max_staleness = max_staleness
+        self.max_resident = max_resident
+        self.max_bytes = max_bytes
+        self.storage_dtype = storage_dtype
         self._retention = self.make_retention()
         self._rollouts: RolloutService | None = None
         self._warned_missing = False
@@ -82,13 +80,15 @@ class SnapshotReference(ReferenceSource):
         window = self.max_staleness if self.max_staleness is not None else max_version_gap
         if self.max_staleness is not None and self.max_staleness < max_version_gap:
             raise ValueError(
-                f"reference.max_staleness={self.max_staleness} is below {config_key('rollout.max_version_gap')}={max_version_gap}: tokens of "
+                f"reference.max_staleness={self.max_staleness} is below "
+                f"{config_key('rollout.max_version_gap')}={max_version_gap}: tokens of "
                 "the oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
         if self.max_resident is not None and self.max_resident < window + 1:
             raise ValueError(
-                f"reference.max_resident={self.max_resident} cannot hold the {window + 1} versions a token may come from "
-                f"(versions up to {window} behind, {config_key('rollout.max_version_gap')}={max_version_gap}): set it >= {window + 1} or null"
+                f"reference.max_resident={self.max_resident} cannot hold the {window + 1} versions a token may "
+                f"come from (versions up to {window} behind, "
+                f"{config_key('rollout.max_version_gap')}={max_version_gap}): set it >= {window + 1} or null"
             )
 
     def bind(self, rollouts: RolloutService | None) -> None:
@@ -99,7 +99,8 @@ class SnapshotReference(ReferenceSource):
             self._retention.set_max_staleness(cap)
         elif self.max_staleness < cap:
             raise ValueError(
-                f"reference max_staleness={self.max_staleness} is below {config_key('rollout.max_version_gap')}={cap}: tokens of the "
+                f"reference max_staleness={self.max_staleness} is below "
+                f"{config_key('rollout.max_version_gap')}={cap}: tokens of the "
                 "oldest admitted versions would have no snapshot (leave max_staleness unset to follow the cap)"
             )
         # A checkpoint that keeps pending episodes keeps the snapshots their versions need.
@@ -121,7 +122,8 @@ class SnapshotReference(ReferenceSource):
 
     def logprobs_under(self, batch: dict, versions: torch.Tensor, current_logprobs: torch.Tensor) -> torch.Tensor:
         """Each policy token of `batch` scored under the snapshot of `versions` [B, T] (releases nothing)."""
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        input_ids = batch["input_ids"]
+        attention_mask = batch["attention_mask"]
 
         def score(forward, rows: torch.Tensor) -> torch.Tensor:
             logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
@@ -136,8 +138,9 @@ class SnapshotReference(ReferenceSource):
         if missing.any() and not self._warned_missing:
             self._warned_missing = True
             rank_zero_warn(
-                f"reference=snapshot: tokens of versions {sorted(set(versions[missing].tolist()))} have no snapshot (restored from a "
-                "checkpoint that did not keep it); their pi_old is NaN, so the loss leaves them out and counts them in train/nonfinite_tokens"
+                f"reference=snapshot: tokens of versions {sorted(set(versions[missing].tolist()))} have no snapshot "
+                "(restored from a checkpoint that did not keep it); their pi_old is NaN, "
+                "so the loss leaves them out and counts them in train/nonfinite_tokens"
             )
         return scores.masked_fill(missing, float("nan"))
 
@@ -150,5 +153,6 @@ def _holds_exactly(storage: torch.dtype, live: torch.dtype) -> bool:
     """Whether every value of `live` survives a round trip through `storage` (precision and range)."""
     if storage == live:
         return True
-    kept, original = torch.finfo(storage), torch.finfo(live)
+    kept = torch.finfo(storage)
+    original = torch.finfo(live)
     return kept.eps <= original.eps and kept.max >= original.max and kept.smallest_normal <= original.smallest_normal

@@ -14,7 +14,8 @@ def smooth(values: Sequence[float], window: int) -> list[float]:
     """Trailing moving average over `window` points (the first points average what exists)."""
     if window <= 1:
         return list(values)
-    out, total = [], 0.0
+    out = []
+    total = 0.0
     for index, value in enumerate(values):
         total += value
         if index >= window:

@@ -27,7 +27,8 @@ def per_seed_scores_table(groups: dict[str, list[Run]], avg_key: str) -> str:
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for label, members in groups.items():
         by_seed = {run.seed: run for run in finished_or_all(members)}
-        cells, changes = [label], []
+        cells = [label]
+        changes = []
         for seed in seeds:
             run = by_seed.get(seed)
             start, end = (_start(run, avg_key), run.last(avg_key)) if run else (None, None)
@@ -112,5 +113,6 @@ def _start(run: Run, key: str) -> float | None:
 
 
 def _change(run: Run, key: str) -> float | None:
-    start, end = _start(run, key), run.last(key)
+    start = _start(run, key)
+    end = run.last(key)
     return None if start is None or end is None else end - start

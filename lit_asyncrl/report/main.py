@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [run.seed for run in runs]
         if len(set(seeds)) < len(seeds):
             raise SystemExit(
-                f"runs of {label!r} share a seed ({', '.join(str(run.path) for run in runs)}): they come from different "
-                "sweeps (e.g. quick and table2, whose lengths differ); report each sweep on its own"
+                f"runs of {label!r} share a seed ({', '.join(str(run.path) for run in runs)}): "
+                "they come from different sweeps (e.g. quick and table2, whose lengths differ); "
+                "report each sweep on its own"
             )
     avg_key, _ = held_out_keys(groups)
     pairs = [tuple(pair) for pair in args.compare]
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     if comparisons is not None:
         lines += [
-            "Comparisons (Welch's t-test over seeds, two-sided; the interval is the 95% one of the difference of means):",
+            "Comparisons (Welch's t-test over seeds, two-sided; "
+            "the interval is the 95% one of the difference of means):",
             "",
             comparisons,
             "",
@@ -155,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += [""]
     if args.runs_command:
         lines += [
-            f"Runs: `{args.runs_command}`, {wall_s / 60:.0f} minutes of runs in all (sum of the finished runs' wall times)."
+            f"Runs: `{args.runs_command}`, {wall_s / 60:.0f} minutes of runs in all "
+            "(sum of the finished runs' wall times)."
         ]
     lines += [
         f"Report: `{report_command}`.",

@@ -166,8 +166,8 @@ def report_markdown(points: list[MapPoint], half_width: float, command: str | No
     for point in points:
         cells = [f"{point.distance[name]:.2e} ({point.disagreement[name]:.3f})" for name in proxies]
         lines.append(
-            f"| {point.name} | {point.lr:g} | {point.seed} | {point.drift:.2e} | {point.discrepancy:.2e} | {point.ratio:.3g} | "
-            f"{point.exact:.1e} | " + " | ".join(cells) + " |"
+            f"| {point.name} | {point.lr:g} | {point.seed} | {point.drift:.2e} | {point.discrepancy:.2e} | "
+            f"{point.ratio:.3g} | {point.exact:.1e} | " + " | ".join(cells) + " |"
         )
     # gaps no run had tokens of after its first steps (e.g. a window always full) get no column
     gaps = [

@@ -97,7 +97,8 @@ def per_task_table(groups: dict[str, list[Run]]) -> str | None:
         runs = [run for run in members if run.summary is not None] or members
         cells = [label]
         for _, avg_key, pass_key in tasks:
-            start, end = per_seed(runs, first_value(avg_key)), per_seed(runs, final_value(avg_key))
+            start = per_seed(runs, first_value(avg_key))
+            end = per_seed(runs, final_value(avg_key))
             cells += [f"{_cell(start)} -> {_cell(end)}", _cell(per_seed(runs, final_value(pass_key)))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

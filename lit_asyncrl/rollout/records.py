@@ -98,7 +98,8 @@ class Trajectory:
             position = start + offset
             self.versions[position] = version
             if self.old_versions[position] not in (NO_VERSION, version):
-                self.old_logprobs[position], self.old_versions[position] = math.nan, NO_VERSION
+                self.old_logprobs[position] = math.nan
+                self.old_versions[position] = NO_VERSION
                 invalidated += 1
         return invalidated
 
@@ -146,7 +147,8 @@ def training_batch(
     batch = collate(trajectories, pad_id=pad_id)
     if task_names:
         batch.update(task_columns(trajectories, task_names))
-    batch["temperature"], batch["top_k"] = temperature, top_k
+    batch["temperature"] = temperature
+    batch["top_k"] = top_k
     return batch
 
 

@@ -133,7 +133,8 @@ def require_service(rollouts: RolloutService | None, who: str) -> RolloutService
     """`rollouts`, or an error naming `who` when the fit has no rollout service."""
     if rollouts is None:
         raise TypeError(
-            f"{who} needs a rollout service: fit with a datamodule whose `rollouts` implements lit_asyncrl.rollout.service.RolloutService"
+            f"{who} needs a rollout service: fit with a datamodule whose `rollouts` implements "
+            "lit_asyncrl.rollout.service.RolloutService"
         )
     return rollouts
 

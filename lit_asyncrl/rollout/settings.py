@@ -57,7 +57,8 @@ class BatchSettings:
             raise ValueError(f"{config_key('rollout.mode')} must be 'async' or 'sync', got {self.mode!r}")
         if self.mode == "sync" and self.weight_sync_every != 1:
             raise ValueError(
-                f"{config_key('rollout.mode')}='sync' needs {config_key('rollout.weight_sync_every')}=1 (each batch from the latest weights)"
+                f"{config_key('rollout.mode')}='sync' needs {config_key('rollout.weight_sync_every')}=1 "
+                "(each batch from the latest weights)"
             )
         if not self.temperature > 0:
             raise ValueError(f"{config_key('rollout.temperature')} must be > 0, got {self.temperature}")
@@ -163,7 +164,8 @@ class ScaleOutSettings:
             raise ValueError(f"{config_key('rollout.placement')} must be 'local' or 'ray', got {self.placement!r}")
         if not self.ray_cpus_per_engine > 0 or self.ray_gpus_per_engine < 0:
             raise ValueError(
-                f"{config_key('rollout.ray_cpus_per_engine')} must be > 0 and {config_key('rollout.ray_gpus_per_engine')} >= 0, "
+                f"{config_key('rollout.ray_cpus_per_engine')} must be > 0 and "
+                f"{config_key('rollout.ray_gpus_per_engine')} >= 0, "
                 f"got {self.ray_cpus_per_engine} and {self.ray_gpus_per_engine}"
             )
 

@@ -17,7 +17,8 @@ def rollouts_of(trainer: L.Trainer, who: str, required: bool = True) -> RolloutS
             return None
         raise TypeError(
             f"{who} needs a rollout service: pass one to its constructor, or fit with a datamodule whose "
-            f"`rollouts` implements lit_asyncrl.rollout.service.RolloutService (got {type(trainer.datamodule).__name__})"
+            "`rollouts` implements lit_asyncrl.rollout.service.RolloutService "
+            f"(got {type(trainer.datamodule).__name__})"
         )
     return rollouts
 

@@ -36,7 +36,8 @@ class TrainedEpisodesWriter(L.Callback):
     """
 
     def __init__(self, dirpath: str | Path, enabled: bool = True) -> None:
-        self.dirpath, self.enabled = Path(dirpath), enabled
+        self.dirpath = Path(dirpath)
+        self.enabled = enabled
         self._step = 0
         self._written_step: int | None = None  # the step whose file this process last wrote
 
@@ -74,7 +75,8 @@ def episodes(batch: dict, step: int) -> list[dict]:
     rows = []
     for index, length in enumerate(lengths):
         row = {"step": step, "group_id": int(columns["group_ids"][index])}
-        row["reward"], row["success"] = float(columns["rewards"][index]), float(columns["success"][index])
+        row["reward"] = float(columns["rewards"][index])
+        row["success"] = float(columns["success"][index])
         if "task_ids" in batch:
             row["task"] = batch["task_names"][int(batch["task_ids"][index])]
         for name in TOKEN_COLUMNS:

@@ -111,7 +111,8 @@ FIXED_SUFFIX = frozenset({"MastermindEnv", "GuessTheNumberEnv", "WordleEnv"})
 def import_gem() -> Any:
     """The `gem` package, or an ImportError naming the extra that installs it."""
     root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
+    handlers = list(root.handlers)
+    level = root.level
     try:
         import gem
     except ImportError as error:

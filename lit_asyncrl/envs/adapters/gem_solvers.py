@@ -33,7 +33,8 @@ def _pegs(guess: tuple[int, ...], code: tuple[int, ...]) -> tuple[int, int]:
 
 def _guess_the_number_solver(game: Any):
     """Bisection on gem's `higher` / `lower` hints."""
-    low, high = game.min_number, game.max_number
+    low = game.min_number
+    high = game.max_number
     while low <= high:
         guess = (low + high) // 2
         feedback = yield str(guess)

@@ -104,7 +104,8 @@ class ReasoningGymEpisode:
             try:
                 score = float(self.owner.dataset.score_answer(answer, entry))
             except Exception as error:  # a scorer that chokes on a malformed answer: wrong
-                score, info["score_error"] = 0.0, repr(error)
+                score = 0.0
+                info["score_error"] = repr(error)
         info.update(score=score, success=score == 1.0)
         return Transition("", score, terminated=True, truncated=False, info=info)
 
@@ -151,7 +152,8 @@ class ReasoningGymEnv(Environment):
         reasoning_gym = import_reasoning_gym()  # first: a missing extra fails before any work
         if task not in reasoning_gym.factory.DATASETS:
             raise ValueError(
-                f"env.task={task!r} is not a reasoning-gym task; tasks: {', '.join(sorted(reasoning_gym.factory.DATASETS))}"
+                f"env.task={task!r} is not a reasoning-gym task; "
+                f"tasks: {', '.join(sorted(reasoning_gym.factory.DATASETS))}"
             )
         if size < 1:
             raise ValueError(f"env.size must be >= 1, got {size}")
@@ -165,7 +167,9 @@ class ReasoningGymEnv(Environment):
             raise ValueError(f"env.held_out_fraction must be in (0, 1), got {held_out_fraction}")
         if "{question}" not in prompt:
             raise ValueError(f"env.prompt must contain {{question}}, got {prompt!r}")
-        self.task, self.size, self.seed = task, int(size), int(seed)
+        self.task = task
+        self.size = int(size)
+        self.seed = int(seed)
         self.config = dict(config or {})
         self.prompt_template = prompt
         self.system_prompt = system_prompt

@@ -36,7 +36,9 @@ class ScriptedAgent:
         if (answer := _USER_ANSWER.fullmatch(observation)) is not None and self.request is not None:
             return f"look {answer.group(1)}\n"
         if (record := _RECORD.fullmatch(observation)) is not None and self.request is not None:
-            order_id, status, days = record.group(1), record.group(2), int(record.group(3))
+            order_id = record.group(1)
+            status = record.group(2)
+            days = int(record.group(3))
             write, self.pending_reply = decide(self.request, status, days, self.refund_window_days)
             return f"{write} {order_id}\n" if write else f"reply {self.pending_reply}\n"
         if observation == "ok\n" and self.pending_reply is not None:

@@ -42,7 +42,9 @@ class ServiceDeskEpisode:
         call = _CALL.fullmatch(action)
         if call is None:
             return self._continue(ERROR, self.malformed_reward, {"malformed": True})
-        tool, order_id, word = call.group(1), call.group(2), call.group(3)
+        tool = call.group(1)
+        order_id = call.group(2)
+        word = call.group(3)
         if word is not None:
             if word not in REPLY_WORDS:
                 return self._continue(ERROR, self.malformed_reward, {"malformed": True})
@@ -101,7 +103,8 @@ class DeskConversation(ServiceDeskEpisode):
 
 
 def one_line(text: str) -> str:
-    """`text` as the desk relays a user's answer: its first line, printable ASCII only, at most `MAX_USER_ANSWER_CHARS`."""
+    """`text` as the desk relays a user's answer: its first line, printable ASCII only, at most
+    `MAX_USER_ANSWER_CHARS`."""
     printable = "".join(char if char in string.printable and char not in "\t\r\x0b\x0c" else " " for char in text)
     line = printable.strip().split("\n", 1)[0].strip()
     return line[:MAX_USER_ANSWER_CHARS] or "..."

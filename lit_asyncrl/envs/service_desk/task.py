@@ -161,8 +161,10 @@ class ServiceDeskEnv(Environment):
         # Demonstrations show a cooperative customer, whatever user the run has: they are played
         # before the run starts its user, and they show the agent's side only.
         user = None if self.user is None else CooperativeUser()
-        episode, agent = self._episode(instance, user), ScriptedAgent(self.refund_window_days)
-        observation, turns = episode.reset(), []
+        episode = self._episode(instance, user)
+        agent = ScriptedAgent(self.refund_window_days)
+        observation = episode.reset()
+        turns = []
         for _ in range(self.max_turns):
             action = agent.act(observation)
             result = call_blocking(episode.step, action)
@@ -199,7 +201,8 @@ class ServiceDeskEnv(Environment):
         return Order(order_id, rng.choice(ITEMS), status, days)
 
     def _delivered_days(self, rng: random.Random, within_window: bool) -> int:
-        window, edge = self.refund_window_days, self.spec.edge_days or self.refund_window_days
+        window = self.refund_window_days
+        edge = self.spec.edge_days or self.refund_window_days
         if within_window:
             return rng.randint(max(1, window - edge + 1), window)
         return rng.randint(window + 1, window + edge)

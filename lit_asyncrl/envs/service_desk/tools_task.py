@@ -25,7 +25,8 @@ class DeskState:
     """One episode's copy of the order statuses, the customer, and the reply once sent; its methods are the tools."""
 
     def __init__(self, instance: DeskInstance, user: SimulatedUser | None) -> None:
-        self.instance, self.user = instance, user
+        self.instance = instance
+        self.user = user
         self.statuses = {order.order_id: order.status for order in instance.orders}
         self.reply_word: str | None = None
         self.goal = CustomerGoal(instance.request, instance.order(instance.order_id).item, instance.order_id)
@@ -91,7 +92,10 @@ class ServiceDeskToolsEnv(ToolEnv):
         tool_parser, tool_timeout_s, call_error_reward, max_turns, latency_s, episode_timeout_s: see `ToolEnv`.
     """
 
-    system_prompt = "You are a service desk agent. Use the tools to look up the customer's order and act on their request, then reply."
+    system_prompt = (
+        "You are a service desk agent. Use the tools to look up the customer's order and act on their request, "
+        "then reply."
+    )
     #: The longest call in the compact rendering, `reply` with `cancelled` (71 characters), and its stop.
     max_turn_tokens = 80
 
@@ -113,7 +117,9 @@ class ServiceDeskToolsEnv(ToolEnv):
         self.desk = ServiceDeskEnv(
             difficulty, refund_window_days, call_error_reward, max_turns, held_out_fraction, user
         )
-        self.refund_window_days, self.held_out_fraction, self.user = refund_window_days, held_out_fraction, user
+        self.refund_window_days = refund_window_days
+        self.held_out_fraction = held_out_fraction
+        self.user = user
 
     def generate_instance(self, rng: random.Random) -> DeskInstance:
         return self.desk.generate_instance(rng)

@@ -41,7 +41,10 @@ class McpServerTools:
     def __init__(
         self, command: str, args: Sequence[str] = (), env: dict[str, str] | None = None, start_timeout_s: float = 60.0
     ) -> None:
-        self.command, self.args, self.env, self.start_timeout_s = command, list(args), env, start_timeout_s
+        self.command = command
+        self.args = list(args)
+        self.env = env
+        self.start_timeout_s = start_timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._session: Any = None
@@ -120,7 +123,8 @@ class McpServerTools:
 
     def _caller(self, name: str):
         async def call(**arguments: Any) -> str:
-            session, loop = self._session, self._loop
+            session = self._session
+            loop = self._loop
             if session is None or loop is None:
                 raise McpToolError("the MCP server is not running")
             result = await asyncio.wrap_future(
@@ -136,7 +140,8 @@ class McpServerTools:
 
     def close(self) -> None:
         """Stop the session and the server (safe to call twice and before `start`)."""
-        loop, thread = self._loop, self._thread
+        loop = self._loop
+        thread = self._thread
         if loop is not None and thread is not None and thread.is_alive():
             if self._stop is not None:
                 loop.call_soon_threadsafe(self._stop.set)

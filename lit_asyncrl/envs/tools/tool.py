@@ -22,7 +22,8 @@ class Tool:
         function = self.schema.get("function") if isinstance(self.schema, dict) else None
         if self.schema.get("type") != "function" or not isinstance(function, dict) or not function.get("name"):
             raise ValueError(
-                f"a tool schema must look like {{'type': 'function', 'function': {{'name': ..., 'parameters': ...}}}}, got {self.schema!r}"
+                "a tool schema must look like {'type': 'function', 'function': {'name': ..., 'parameters': ...}}, "
+                f"got {self.schema!r}"
             )
         if not callable(self.function):
             raise TypeError(f"the tool {function['name']!r} needs a callable, got {self.function!r}")
@@ -58,6 +59,7 @@ def as_tool(tool: Tool | Callable[..., Any]) -> Tool:
     except Exception as error:  # transformers says what is missing: a type hint, a docstring, an argument's description
         name = getattr(tool, "__name__", repr(tool))
         raise ValueError(
-            f"the tool {name!r} has no JSON schema: {error} (give it type hints and a docstring with an Args: section, or pass a Tool)"
+            f"the tool {name!r} has no JSON schema: {error} "
+            "(give it type hints and a docstring with an Args: section, or pass a Tool)"
         ) from error
     return Tool(schema=schema, function=tool)

@@ -126,7 +126,8 @@ class ToolEnv(Environment):
 
     def demonstration(self, instance: Any) -> list[tuple[AssistantTurn, list[ToolMessage]]]:
         """`demonstration_calls` played against a fresh episode: each turn with the answers it got."""
-        episode, turns = self.new_episode(instance), []
+        episode = self.new_episode(instance)
+        turns = []
         asyncio.run(_reset_then(episode, self.demonstration_calls(instance), turns))
         return turns
 
@@ -145,7 +146,8 @@ class ToolEpisode:
     """One episode of a `ToolEnv`: its state, its tools by name, its transcript."""
 
     def __init__(self, env: ToolEnv, instance: Any) -> None:
-        self.env, self.instance = env, instance
+        self.env = env
+        self.instance = instance
         self.state = env.new_state(instance)
         tools = [as_tool(tool) for tool in env.tools(self.state)]
         self.tools: dict[str, Tool] = {tool.name: tool for tool in tools}

@@ -2,8 +2,8 @@
 
 tau2-bench's customers are a hosted model told the customer's goal; here the user model is any
 local model folder (or `smollm2_135m`, which works offline) served by an engine of its own, which
-the rollout service's `make_engine` starts with the run (`envs/resources.py`) and `close` stops. Its weights never change: no
-version is ever pushed to it, and nothing it writes is trained on (the user's answers are
+the rollout service's `make_engine` starts with the run (`envs/resources.py`) and `close` stops. Its weights never
+change: no version is ever pushed to it, and nothing it writes is trained on (the user's answers are
 environment text in the agent's context).
 
 Episodes await `reply` on the policy engine's event loop; the request runs on the user engine's
@@ -61,12 +61,18 @@ class LLMUser(SimulatedUser):
             raise ValueError(f"env.user.dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len <= max_reply_tokens:
             raise ValueError(
-                f"env.user.max_model_len must be an integer above max_reply_tokens={max_reply_tokens}, got {max_model_len!r}"
+                f"env.user.max_model_len must be an integer above max_reply_tokens={max_reply_tokens}, "
+                f"got {max_model_len!r}"
             )
         if not kv_cache_gib > 0:
             raise ValueError(f"env.user.kv_cache_gib must be > 0, got {kv_cache_gib}")
-        self.model, self.max_reply_tokens, self.temperature = model, max_reply_tokens, float(temperature)
-        self.dtype, self.max_model_len, self.kv_cache_gib, self.seed = dtype, max_model_len, kv_cache_gib, seed
+        self.model = model
+        self.max_reply_tokens = max_reply_tokens
+        self.temperature = float(temperature)
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.kv_cache_gib = kv_cache_gib
+        self.seed = seed
         self._engine: Any = None
         self._tokenizer: Any = None
         self._stop_ids: list[int] = []
@@ -80,7 +86,8 @@ class LLMUser(SimulatedUser):
             return
         if make_engine is None:
             raise ValueError(
-                "LLMUser.start needs make_engine (the rollout service passes one): the user's model runs on an engine of its own"
+                "LLMUser.start needs make_engine (the rollout service passes one): "
+                "the user's model runs on an engine of its own"
             )
         path = str(resolve_model_path(self.model))
         self._tokenizer = AutoTokenizer.from_pretrained(path)
@@ -90,7 +97,8 @@ class LLMUser(SimulatedUser):
         self._engine = make_engine(frozen)
 
     def close(self) -> None:
-        engine, self._engine = self._engine, None
+        engine = self._engine
+        self._engine = None
         if engine is not None:
             engine.shutdown()
 

@@ -144,7 +144,8 @@ def run_watched(
                 future.cancel()
                 if stalled:
                     raise EngineDeadError(
-                        f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s ({config_key('rollout.engine_stall_timeout_s')})"
+                        f"the vLLM engine stopped answering: {stalled} got no answer within {timeout_s:g} s "
+                        f"({config_key('rollout.engine_stall_timeout_s')})"
                     ) from None
                 raise TimeoutError(f"the vLLM engine did not answer within {timeout_s} s") from None
             error = None

@@ -1,4 +1,5 @@
-"""The engine's settings and their translation into vLLM's engine arguments and its engine-core process's environment."""
+"""The engine's settings and their translation into vLLM's engine arguments and its engine-core process's
+environment."""
 
 from __future__ import annotations
 
@@ -118,8 +119,10 @@ def parallelism_args(config: EngineSettings, device_type: str) -> dict[str, int]
             raise ValueError(f"{config_key('rollout.' + key)} must be an integer >= 1, got {size!r}")
     if device_type == "cpu" and (config.tensor_parallel_size, config.data_parallel_size) != (1, 1):
         raise ValueError(
-            f"{config_key('rollout.tensor_parallel_size')}={config.tensor_parallel_size} and {config_key('rollout.data_parallel_size')}={config.data_parallel_size}: "
-            f"vLLM's parallelism inside an engine needs GPUs; on CPU use {config_key('rollout.num_engines')} for more engines"
+            f"{config_key('rollout.tensor_parallel_size')}={config.tensor_parallel_size} and "
+            f"{config_key('rollout.data_parallel_size')}={config.data_parallel_size}: "
+            f"vLLM's parallelism inside an engine needs GPUs; on CPU use {config_key('rollout.num_engines')} "
+            "for more engines"
         )
     return sizes
 

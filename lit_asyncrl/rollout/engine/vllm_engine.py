@@ -144,7 +144,8 @@ class VLLMEngine(EngineLoop):
                 raise TimeoutError(f"the vLLM engine neither started nor failed within {startup_timeout_s} s")
             if self._loop is not None and not self._loop.is_running() and self._llm is not None:
                 # The start failed after the engine was made: shut it down here, no loop to use.
-                llm, self._llm = self._llm, None
+                llm = self._llm
+                self._llm = None
                 llm.shutdown()
                 del llm
             if self._loop is not None and self._loop.is_running():
@@ -159,8 +160,9 @@ class VLLMEngine(EngineLoop):
             if self._loop is not None and not self._loop.is_running() and not self._loop.is_closed():
                 self._loop.close()
             if llm_ref is not None and llm_ref() is not None:
-                # Still held, by a reference cycle: collect it now (left to interpreter exit, its __del__ runs against
-                # torn-down modules). Usually nothing holds it by now, and a collection over a trainer's heap costs ~0.5 s.
+                # Still held, by a reference cycle: collect it now (left to interpreter exit, its __del__ runs
+                # against torn-down modules). Usually nothing holds it by now, and a collection over a trainer's
+                # heap costs ~0.5 s.
                 gc.collect()
             shutil.rmtree(self._weights_dir, ignore_errors=True)
             stop_reaper(self._reaper)
@@ -178,8 +180,9 @@ class VLLMEngine(EngineLoop):
         if stalled_s > self.settings.engine_stall_timeout_s:
             self._stopped_answering = True
             return (
-                f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} requests in flight "
-                f"(stall timeout {self.settings.engine_stall_timeout_s:g} s, {config_key('rollout.engine_stall_timeout_s')})"
+                f"it stopped answering: no output for {stalled_s:.0f} s with {self._requests_in_flight} "
+                f"requests in flight (stall timeout {self.settings.engine_stall_timeout_s:g} s, "
+                f"{config_key('rollout.engine_stall_timeout_s')})"
             )
         return None
 
@@ -195,7 +198,8 @@ class VLLMEngine(EngineLoop):
     async def _shutdown_in_loop(self) -> None:
         if self._llm is None:
             return
-        llm, self._llm = self._llm, None
+        llm = self._llm
+        self._llm = None
         handler = getattr(llm, "output_handler", None)
         if handler is not None:
             handler.cancel()
@@ -232,7 +236,9 @@ class VLLMEngine(EngineLoop):
             prompt: list[int], tokens: int, lora_request: Any, request_id: str
         ) -> tuple[list[int], list[float], Any]:
             params = sampling_params(tokens, temperature, top_k, stop_token_ids, ignore_eos)
-            token_ids, logprobs, final = [], [], None
+            token_ids: list[int] = []
+            logprobs: list[float] = []
+            final = None
             outputs = self._llm.generate(
                 TokensPrompt(prompt_token_ids=prompt), params, request_id=request_id, lora_request=lora_request
             )

@@ -88,10 +88,11 @@ class ChatTemplateFormat(EpisodeFormat):
 
     The first observation is a user message (after `env.system_prompt`, if the environment has
     one); later answers are messages of `env.observation_role_of(answer)` (by default
-    `env.observation_role`: "user", or "tool" where the template renders a tool role). An agent turn ends at the template's end-of-turn token
-    (`<|im_end|>` for ChatML), not at the task's own stop text; the environment still receives
-    its action ending with `env.turn_stop`, so its parser is the same in both formats. A turn cut
-    short (token limit) is closed with the end-of-turn token as context before the next message.
+    `env.observation_role`: "user", or "tool" where the template renders a tool role). An agent turn
+    ends at the template's end-of-turn token (`<|im_end|>` for ChatML), not at the task's own stop
+    text; the environment still receives its action ending with `env.turn_stop`, so its parser is
+    the same in both formats. A turn cut short (token limit) is closed with the end-of-turn token as
+    context before the next message.
 
     The text around each message is found once by rendering stand-in messages, and each new
     message is tokenized on its own and appended, which is exact for templates that render a
@@ -110,13 +111,15 @@ class ChatTemplateFormat(EpisodeFormat):
         closing_ids = tokenizer.encode(closing, add_special_tokens=False)
         if not closing_ids or closing_ids[0] not in tokenizer.all_special_ids:
             raise ValueError(
-                f"the chat template closes an assistant message with {closing!r}: no end-of-turn special token found there"
+                f"the chat template closes an assistant message with {closing!r}: "
+                "no end-of-turn special token found there"
             )
         self.end_of_turn_id = closing_ids[0]
         end_of_turn_text = tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
         if not closing.startswith(end_of_turn_text):
             raise ValueError(
-                f"the chat template's assistant closing {closing!r} does not start with its end-of-turn token {end_of_turn_text!r}"
+                f"the chat template's assistant closing {closing!r} does not start with its end-of-turn token "
+                f"{end_of_turn_text!r}"
             )
         self._after_end_of_turn = closing[len(end_of_turn_text) :]
         self.observation_role, self._answer = self._answer_template(

@@ -153,7 +153,8 @@ class ChatToolFormat(ChatTemplateFormat):
             extended = self._render([*self._earlier, *(answer.message() for answer in answers)], True)
             if not extended.startswith(self._earlier_rendered):
                 raise ValueError(
-                    "the chat template re-renders earlier messages when tool messages are added: it cannot be tokenized incrementally"
+                    "the chat template re-renders earlier messages when tool messages are added: "
+                    "it cannot be tokenized incrementally"
                 )
             text = self._after_end_of_turn + extended[len(self._earlier_rendered) :]
         else:
@@ -175,7 +176,8 @@ class ChatToolFormat(ChatTemplateFormat):
             closing = self._after_end_of_turn_closing()
             if not rendered.startswith(prompt) or not rendered.endswith(closing):
                 raise ValueError(
-                    "the chat template renders an assistant turn with tool calls in a way that cannot be cut out of the conversation"
+                    "the chat template renders an assistant turn with tool calls in a way that cannot be cut out "
+                    "of the conversation"
                 )
             text = rendered[len(prompt) : len(rendered) - len(closing)]
         else:
@@ -203,8 +205,8 @@ class CompactToolFormat(PlainFormat):
         super().__init__(tokenizer, env)
         if env.tool_parser != "hermes":
             raise ValueError(
-                f"env.tool_parser={env.tool_parser!r}: a policy without a chat template writes its calls in the compact Hermes "
-                "rendering, which only the hermes parser reads; set it to hermes"
+                f"env.tool_parser={env.tool_parser!r}: a policy without a chat template writes its calls in the "
+                "compact Hermes rendering, which only the hermes parser reads; set it to hermes"
             )
         self.parser = ToolCallParser(env.tool_parser, tokenizer)
 

@@ -61,7 +61,8 @@ class DedicatedScorer:
                 unexpected = set_peft_model_state_dict(self.model, state_dict).unexpected_keys
                 if unexpected:
                     raise ValueError(
-                        f"the adapter of version {self.version} has tensors the worker's adapter lacks: {unexpected[:3]}"
+                        f"the adapter of version {self.version} has tensors the worker's adapter lacks: "
+                        f"{unexpected[:3]}"
                     )
             else:
                 self.model.load_state_dict(state_dict)

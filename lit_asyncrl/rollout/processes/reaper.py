@@ -68,7 +68,8 @@ def _descendants(root: int) -> dict[int, int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (stat := _stat(int(entry))) is not None:
             parents.setdefault(stat[1], []).append((int(entry), stat[2]))
-    found, frontier = {}, [root]
+    found = {}
+    frontier = [root]
     while frontier:
         for child, started in parents.get(frontier.pop(), []):
             if child not in found:

@@ -99,7 +99,8 @@ def resumable(in_flight: list[dict], group_size: int) -> list[dict]:
     kept = [group for group in in_flight if len(group["episodes"]) == group_size]
     if len(kept) < len(in_flight):
         warnings.warn(
-            f"{len(in_flight) - len(kept)} groups in flight at the checkpoint have another group size than {group_size}: generated anew",
+            f"{len(in_flight) - len(kept)} groups in flight at the checkpoint have another group size than "
+            f"{group_size}: generated anew",
             stacklevel=2,
         )
     return kept

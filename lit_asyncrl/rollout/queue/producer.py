@@ -275,8 +275,8 @@ class RolloutProducer:
         if self.episodes_without_policy_tokens >= NO_PROGRESS_EPISODES:
             raise NoProgressError(
                 f"the last {self.episodes_without_policy_tokens} episodes ended without a single agent token: nothing "
-                f"can be trained (the prompt fills the context, {config_key('rollout.max_model_len')}, or the environment ends episodes "
-                "before the agent's first turn)"
+                f"can be trained (the prompt fills the context, {config_key('rollout.max_model_len')}, "
+                "or the environment ends episodes before the agent's first turn)"
             )
         window = self.stats.recent_failures
         limit = self.settings.env_failure_limit
@@ -284,7 +284,8 @@ class RolloutProducer:
             reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(self.stats.env_failures.items()))
             raise EnvironmentFailureRateError(
                 f"{sum(window)} of the last {len(window)} episodes failed in the environment, above "
-                f"{config_key('rollout.env_failure_limit')}={limit} (so far {reasons}); last error: {self.last_env_failure}"
+                f"{config_key('rollout.env_failure_limit')}={limit} (so far {reasons}); "
+                f"last error: {self.last_env_failure}"
             )
 
     async def _wait_for_old_logprobs(self, episodes: list[Trajectory]) -> None:

@@ -70,7 +70,8 @@ class DedicatedWorkerActor:
             self._probe = self._actor.__ray_ready__.remote()
         ready, _ = ray.wait([self._probe], timeout=0)
         if ready:
-            probe, self._probe = self._probe, None
+            probe = self._probe
+            self._probe = None
             try:
                 ray.get(probe)
             except ray.exceptions.RayError as error:
@@ -80,7 +81,8 @@ class DedicatedWorkerActor:
     def stop(self) -> None:
         import ray
 
-        actor, self._actor = self._actor, None
+        actor = self._actor
+        self._actor = None
         if actor is not None:
             ray.kill(actor)
         if self._runtime_held:

@@ -12,6 +12,7 @@ Ray is an extra (`pip install "lit-asyncrl[ray]"`); nothing here imports it befo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,18 @@ from lit_asyncrl.rollout.weights.choice import actor_route
 from lit_asyncrl.rollout.weights.route import WeightPush
 
 
+@dataclasses.dataclass(frozen=True)
+class TurnRequest:
+    """How to sample one turn: `VLLMEngine.generate`'s sampling arguments, sent to the actor with the
+    prompt (the `on_tokens` callback stays here: the actor streams each piece back instead)."""
+
+    max_tokens: int
+    temperature: float
+    top_k: int = -1
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+
 class EngineActor:
     """The Ray actor's body: a `VLLMEngine` started in the actor process (made a Ray actor class at launch)."""
 
@@ -43,7 +56,7 @@ class EngineActor:
     def ready(self) -> bool:
         return True
 
-    async def generate_stream(self, prompt_ids: Sequence[int], sampling: dict[str, Any]):
+    async def generate_stream(self, prompt_ids: Sequence[int], request: TurnRequest):
         """Yields ("tokens", ids, logprobs) as the turn streams, then ("turn", TurnOutput)."""
         pieces: asyncio.Queue = asyncio.Queue()
         here = asyncio.get_running_loop()
@@ -52,11 +65,16 @@ class EngineActor:
             self.pieces_produced += 1
             here.call_soon_threadsafe(pieces.put_nowait, ("tokens", ids, logprobs))
 
-        turn = asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(
-                self.engine.generate(prompt_ids, on_tokens=on_tokens, **sampling), self.engine.loop
-            )
+        generating = self.engine.generate(
+            prompt_ids,
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            top_k=request.top_k,
+            stop_token_ids=request.stop_token_ids,
+            ignore_eos=request.ignore_eos,
+            on_tokens=on_tokens,
         )
+        turn = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(generating, self.engine.loop))
         try:
             while not (turn.done() and pieces.empty()):
                 piece = asyncio.ensure_future(pieces.get())
@@ -226,12 +244,23 @@ class RayEngine(EngineLoop):
         self,
         prompt_ids: Sequence[int],
         *,
+        max_tokens: int,
+        temperature: float,
+        top_k: int = -1,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
         on_tokens: Callable[[list[int], list[float]], None] | None = None,
-        **sampling: Any,
     ) -> TurnOutput:
         """`VLLMEngine.generate` (the same sampling arguments), sampled by the actor's engine and
         streamed here piece by piece."""
-        stream = self._actor.generate_stream.options(num_returns="streaming").remote(list(prompt_ids), sampling)
+        request = TurnRequest(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            stop_token_ids=tuple(stop_token_ids),
+            ignore_eos=ignore_eos,
+        )
+        stream = self._actor.generate_stream.options(num_returns="streaming").remote(list(prompt_ids), request)
         async for reference in stream:
             piece = await reference
             if piece[0] == "tokens":
@@ -265,7 +294,8 @@ class RayEngine(EngineLoop):
             )
         except ray.exceptions.GetTimeoutError:
             raise EngineDeadError(
-                f"the vLLM engine stopped answering: a weight push got no answer within {self.settings.engine_stall_timeout_s:g} s"
+                "the vLLM engine stopped answering: a weight push got no answer within "
+                f"{self.settings.engine_stall_timeout_s:g} s"
             ) from None
         self.version = version
         return pushed

@@ -45,7 +45,8 @@ def split_by_groups(batch: dict, parts: int) -> list[dict]:
     if len(set(group_ids.tolist())) != num_groups:
         raise ValueError("split_by_groups needs each group's episodes next to each other in the batch")
     sizes = [num_groups // parts + (1 if part < num_groups % parts else 0) for part in range(parts)]
-    shards, first_group = [], 0
+    shards = []
+    first_group = 0
     for size in sizes:
         rows = slice(group_starts[first_group], group_starts[first_group + size])
         first_group += size
@@ -77,7 +78,9 @@ class RankZeroRollouts:
     """
 
     def __init__(self, service: RolloutService, rank: int, world_size: int) -> None:
-        self.service, self.rank, self.world_size = service, rank, world_size
+        self.service = service
+        self.rank = rank
+        self.world_size = world_size
         self.max_version_gap = service.max_version_gap
         self.weight_sync_every = service.weight_sync_every
         self.groups_per_batch = service.groups_per_batch

@@ -97,7 +97,8 @@ class HeldOutEvaluator:
             played = engine.run(play_all(), timeout_s=timeout_s)
         except TimeoutError:
             raise TimeoutError(
-                f"held-out evaluation of {len(instances)} instances x {samples + 1} episodes took over {timeout_s} s (raise {config_key('rollout.eval_timeout_s')})"
+                f"held-out evaluation of {len(instances)} instances x {samples + 1} episodes took over {timeout_s} s "
+                f"(raise {config_key('rollout.eval_timeout_s')})"
             ) from None
         except EngineDeadError as error:
             raise RolloutServiceError(str(error)) from error

@@ -54,7 +54,10 @@ def held_out_instances(env: Environment, count: int, seed: int = 0) -> list[Any]
             share = max(1, count // len(tasks) + (index < count % len(tasks)))
             found += [MixInstance(name, instance) for instance in held_out_instances(task, share, seed=seed)]
         return found
-    rng, found, seen, last_new = random.Random(seed), {}, set(), 0
+    rng = random.Random(seed)
+    found = {}
+    seen = set()
+    last_new = 0
     for draw in range(max(MAX_DRAWS, 100 * count)):
         instance = env.generate_instance(rng)
         key = env.instance_key(instance)

@@ -30,10 +30,12 @@ def check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, 
     opening = Trajectory(group_id=-1)
     instance = training_instance(env, random.Random(seed))
     episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
-    prompt, turn = len(opening.token_ids), env.max_turn_tokens
+    prompt = len(opening.token_ids)
+    turn = env.max_turn_tokens
     if prompt + turn > max_model_len:
         key = config_key("rollout.max_model_len")
         raise ValueError(
-            f"{key}={max_model_len} leaves no room for one agent turn: the first prompt of {type(env).__name__} is already "
-            f"{prompt} tokens and a turn may take {turn} more (env.max_turn_tokens); set {key} >= {prompt + turn}"
+            f"{key}={max_model_len} leaves no room for one agent turn: the first prompt of {type(env).__name__} "
+            f"is already {prompt} tokens and a turn may take {turn} more (env.max_turn_tokens); "
+            f"set {key} >= {prompt + turn}"
         )

@@ -69,12 +69,16 @@ class VLLMRolloutService:
     ) -> None:
         from transformers import AutoTokenizer
 
-        self.model_path, self.env, self.rollout = str(model_path), env, rollout
-        self.group_size, self.groups_per_batch = rollout.batch.group_size, rollout.batch.groups_per_batch
-        self.max_version_gap, self.weight_sync_every = rollout.batch.max_version_gap, rollout.batch.weight_sync_every
+        self.model_path = str(model_path)
+        self.env = env
+        self.rollout = rollout
+        # What the `RolloutService` protocol declares, and what the snapshot reference reads; every
+        # other setting is read from `self.rollout` where it is used.
+        self.groups_per_batch = rollout.batch.groups_per_batch
+        self.max_version_gap = rollout.batch.max_version_gap
+        self.weight_sync_every = rollout.batch.weight_sync_every
         self.checkpoint_pending = rollout.failures.checkpoint_pending
-        self.temperature, self.top_k = rollout.batch.temperature, rollout.batch.top_k
-        self.num_engines, self.seed = rollout.scale_out.num_engines, seed
+        self.seed = seed
         # One trainer process assumed until `configure` says otherwise, so that a route this
         # machine cannot take is refused now, before anything starts.
         self.engine_settings = self._engine_settings(trainer_processes=1)
@@ -84,9 +88,10 @@ class VLLMRolloutService:
             parallelism_args(self.engine_settings, trainer_device_type())
         self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout.scale_out)
         self.liveness_poll_s = liveness_poll_s
-        self.max_engine_restarts, self.engine_restarts = rollout.failures.engine_restarts, 0
+        self.engine_restarts = 0
         self._weights: Mapping[str, torch.Tensor] = {}
-        self._version, self._train = 0, True
+        self._version = 0
+        self._train = True
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         # Made here, before any engine starts: an unusable chat template or stop text fails fast.
         self.episode_formats = episode_formats_for(self.tokenizer, env)
@@ -99,11 +104,11 @@ class VLLMRolloutService:
         self.buffer = RolloutBuffer(
             rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter()
         )
-        sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
+        sampling = SamplingSettings(temperature=rollout.batch.temperature, top_k=rollout.batch.top_k)
         self.evaluator = HeldOutEvaluator(
             env, self.episode_formats, sampling, rollout.engine.max_model_len, self.task_names
         )
-        self.lanes = EngineLanes(self.num_engines, self._new_engine)
+        self.lanes = EngineLanes(rollout.scale_out.num_engines, self._new_engine)
         self._group_ids = itertools.count()
         self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
         self.dedicated: DedicatedWorker | None = None
@@ -138,7 +143,7 @@ class VLLMRolloutService:
     def load_state_dict(self, state: dict) -> None:
         restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
         self._resumed = (
-            resumable(state.get("in_flight", []), self.group_size) if self.checkpoint_pending else []
+            resumable(state.get("in_flight", []), self.rollout.batch.group_size) if self.checkpoint_pending else []
         )  # continued by lane 0
         self.buffer.resumed([group["group_id"] for group in self._resumed])
         self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
@@ -156,10 +161,11 @@ class VLLMRolloutService:
     def use_dedicated_worker(self) -> None:
         if self.started:
             raise RuntimeError("use_dedicated_worker() must be called before start()")
-        if self.num_engines != 1:
+        if self.rollout.scale_out.num_engines != 1:
             # The worker attaches its scores on one engine's loop, where that engine's trajectories live.
             raise ValueError(
-                f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, got {self.num_engines}"
+                f"reference=dedicated runs with {config_key('rollout.num_engines')}=1, "
+                f"got {self.rollout.scale_out.num_engines}"
             )
         self._use_dedicated = True
 
@@ -182,13 +188,15 @@ class VLLMRolloutService:
     def start(self, weights: Mapping[str, torch.Tensor], version: int, train: bool = True) -> None:
         if self.started:
             raise RuntimeError("the rollout service is already started")
-        self._weights, self._version, self._train = weights, version, train
+        self._weights = weights
+        self._version = version
+        self._train = train
         try:
             # Every engine launched before any is waited for: their starts overlap.
             self.launch_early()
             # The task's shared resources (a simulated user's engine) before its first episode.
             self.env.start(start_frozen_engine)
-            for lane in range(self.num_engines):
+            for lane in range(self.rollout.scale_out.num_engines):
                 self._launch(lane)
         except BaseException:
             self.close()
@@ -197,7 +205,7 @@ class VLLMRolloutService:
     def _launch(self, lane: int) -> None:
         """Lane `lane`: a (launched) engine serving the latest weights and version, and a producer on it."""
         engine = self.lanes.engine_up(lane, self._version)
-        sampling = SamplingSettings(temperature=self.temperature, top_k=self.top_k)
+        sampling = SamplingSettings(temperature=self.rollout.batch.temperature, top_k=self.rollout.batch.top_k)
         if self._use_dedicated and self.dedicated is None:
             self.dedicated = DedicatedWorker(
                 self.model_path,
@@ -211,15 +219,15 @@ class VLLMRolloutService:
         engine.push_weights(self._weights, self._version)
         self.buffer.set_trainer_version(self._version)
         settings = ProducerSettings(
-            group_size=self.group_size,
+            group_size=self.rollout.batch.group_size,
             max_concurrent_groups=lane_share(
-                self.rollout.batch.max_concurrent_groups, lane, self.num_engines, minimum=1
+                self.rollout.batch.max_concurrent_groups, lane, self.rollout.scale_out.num_engines, minimum=1
             ),
             sampling=sampling,
             max_context=self.engine_settings.max_model_len,
             # Each lane, each restart and a resumed run (at its version) draw other instances than the first engine's.
             seed=self.seed + 1_000_003 * self.engine_restarts + 7_919 * lane + 104_729 * self._version,
-            groups_per_version=lane_share(self.groups_per_batch, lane, self.num_engines)
+            groups_per_version=lane_share(self.groups_per_batch, lane, self.rollout.scale_out.num_engines)
             if self.rollout.batch.mode == "sync"
             else None,
             env_failure_limit=self.rollout.failures.env_failure_limit,
@@ -231,12 +239,13 @@ class VLLMRolloutService:
             engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated
         )
         if lane == 0:
-            producer.resumed_groups, self._resumed = self._resumed, []
+            producer.resumed_groups = self._resumed
+            self._resumed = []
         self.lanes.producer_up(lane, producer, self._train)
 
     def _may_restart(self) -> bool:
         # Not with the dedicated worker: it is tied to the dead engine's loop.
-        return self.engine_restarts < self.max_engine_restarts and self.dedicated is None
+        return self.engine_restarts < self.rollout.failures.engine_restarts and self.dedicated is None
 
     def _restart_engine(self, lane: int, reason: str) -> None:
         """Replace a dead engine with a new one serving the latest published weights and version.
@@ -247,18 +256,21 @@ class VLLMRolloutService:
         lost, in_flight_groups = self.lanes.take_down(lane)
         # Its groups' reservations go back (a stopped producer's cancelled groups gave theirs back
         # themselves; a dead loop's never ran to do so); the other engines' groups keep theirs.
-        self.buffer.release(in_flight_groups * self.group_size)
+        self.buffer.release(in_flight_groups * self.rollout.batch.group_size)
         self.buffer.drop_produced(lost, "lost")
         self.engine_restarts += 1
         warnings.warn(
             f"{self.lanes.name(lane)} died ({reason}); restarting it with the weights of version {self._version} "
-            f"(restart {self.engine_restarts} of {config_key('rollout.engine_restarts')}={self.max_engine_restarts}; {lost} episodes in flight lost)",
+            f"(restart {self.engine_restarts} of "
+            f"{config_key('rollout.engine_restarts')}={self.rollout.failures.engine_restarts}; "
+            f"{lost} episodes in flight lost)",
             stacklevel=2,
         )
         self._launch(lane)
 
     def close(self) -> None:
-        dedicated, self.dedicated = self.dedicated, None
+        dedicated = self.dedicated
+        self.dedicated = None
         try:
             # The dedicated worker after the producers (no more hand-offs), before the engines.
             self.lanes.close(between=dedicated.stop if dedicated is not None else lambda: None)
@@ -279,11 +291,13 @@ class VLLMRolloutService:
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise TimeoutError(
-                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s (raise {config_key('rollout.batch_timeout_s')} "
-                        f"if generation is this slow); rollout stats: {self.stats()}"
+                        f"no batch of {self.groups_per_batch} groups within {timeout_s} s "
+                        f"(raise {config_key('rollout.batch_timeout_s')} if generation is this slow); "
+                        f"rollout stats: {self.stats()}"
                     ) from None
+        trajectories = [t for group in groups for t in group]
         return training_batch(
-            [t for group in groups for t in group], self.pad_id, self.task_names, self.temperature, self.top_k
+            trajectories, self.pad_id, self.task_names, self.rollout.batch.temperature, self.rollout.batch.top_k
         )
 
     def _restart_or_raise_if_dead(self) -> None:
@@ -365,8 +379,8 @@ class VLLMRolloutService:
                 lambda lane=lane: self._unfinished_trajectories(lane),
                 score_fn,
                 version,
-                self.temperature,
-                self.top_k,
+                self.rollout.batch.temperature,
+                self.rollout.batch.top_k,
                 self.pad_id,
             )
             for lane, engine in enumerate(self._engines())

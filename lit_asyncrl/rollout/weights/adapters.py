@@ -83,7 +83,8 @@ class EngineAdapters:
         start = time.perf_counter()
         request, nbytes = self.write(tensors, version)
         with self._lock:
-            self._requests[request.lora_int_id], self._versions[request.lora_int_id] = request, version
+            self._requests[request.lora_int_id] = request
+            self._versions[request.lora_int_id] = version
             self._newest = request.lora_int_id
             unused = [
                 lora_id for lora_id in self._requests if lora_id != self._newest and self._in_flight[lora_id] == 0

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 import torch
 
 #: Suffixes of a tensor sent as its changed elements: their flat indices, and their new values.
-INDEX, VALUES = ".changed_index", ".changed_values"
+INDEX = ".changed_index"
+VALUES = ".changed_values"
 
 
 class ChangedElements:

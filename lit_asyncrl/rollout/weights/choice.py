@@ -53,7 +53,8 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
     if requested == "staged" and (device_type != "cpu" or placement != "local"):
         raise ValueError(
             f"{config_key('rollout.weight_transfer')}=staged packs weights for vLLM's CPU kernels in a local engine "
-            f"(this machine's vLLM platform is {device_type!r}, {config_key('rollout.placement')}={placement}); use file"
+            f"(this machine's vLLM platform is {device_type!r}, {config_key('rollout.placement')}={placement}); "
+            "use file"
         )
     if requested in _GPU_ONLY and device_type != "cuda":
         raise ValueError(
@@ -62,7 +63,8 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
         )
     if requested == "ipc" and placement != "local":
         raise ValueError(
-            f"{config_key('rollout.weight_transfer')}=ipc shares the trainer's GPU memory with an engine on the same machine; "
+            f"{config_key('rollout.weight_transfer')}=ipc shares the trainer's GPU memory with an engine on the "
+            "same machine; "
             f"with {config_key('rollout.placement')}=ray use nccl"
         )
     if requested == "ipc" and trainer_processes > 1:
@@ -80,7 +82,8 @@ def check_changed_elements(push_changed_elements: bool, route: str) -> None:
     engine side: refused on any other route, naming both keys."""
     if push_changed_elements and route != "staged":
         raise ValueError(
-            f"{config_key('rollout.push_changed_elements')}=true needs {config_key('rollout.weight_transfer')}=staged (got {route})"
+            f"{config_key('rollout.push_changed_elements')}=true needs "
+            f"{config_key('rollout.weight_transfer')}=staged (got {route})"
         )
 
 

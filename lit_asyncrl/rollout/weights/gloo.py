@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import torch
 from vllm.distributed.weight_transfer.base import (
@@ -32,6 +32,10 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferInitInfo,
     WeightTransferUpdateInfo,
 )
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.config.weight_transfer import WeightTransferConfig
 
 BACKEND = "gloo"
 #: How long either side waits for the other at the rendezvous and in each broadcast.
@@ -88,7 +92,8 @@ class GlooWeightTransferUpdateInfo(WeightTransferUpdateInfo):
     def __post_init__(self) -> None:
         if not len(self.names) == len(self.dtype_names) == len(self.shapes):
             raise ValueError(
-                f"names, dtype_names and shapes differ in length: {len(self.names)}, {len(self.dtype_names)}, {len(self.shapes)}"
+                "names, dtype_names and shapes differ in length: "
+                f"{len(self.names)}, {len(self.dtype_names)}, {len(self.shapes)}"
             )
 
 
@@ -109,8 +114,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWeightTransferInitInfo, 
     update_info_cls = GlooWeightTransferUpdateInfo
     supports_draft_weight_update = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, config: WeightTransferConfig, vllm_config: VllmConfig, device: torch.device, model: torch.nn.Module
+    ) -> None:
+        super().__init__(config, vllm_config, device, model)
         self.group: Any = None
 
     def init_transfer_engine(self, init_info: GlooWeightTransferInitInfo) -> None:
@@ -221,7 +228,8 @@ def _checked(source: WeightSource, meta: list[ParamMeta]) -> Iterator[tuple[str,
     for index, ((name, tensor), expected) in enumerate(zip(source, meta, strict=True)):
         if (name, tensor.dtype, tuple(tensor.shape)) != (expected.name, expected.dtype, expected.shape):
             raise ValueError(
-                f"weight {index}: announced {expected.name} {expected.dtype} {expected.shape}, sent {name} {tensor.dtype} {tuple(tensor.shape)}"
+                f"weight {index}: announced {expected.name} {expected.dtype} {expected.shape}, "
+                f"sent {name} {tensor.dtype} {tuple(tensor.shape)}"
             )
         yield name, tensor
 

@@ -29,7 +29,8 @@ class StagedWeightsExtension:
     def stage_weights(self, path: str, elements: bool) -> None:
         """Start preparing the weights file `path` on a thread; the engine goes on generating. With
         `elements` the engine keeps each tensor it loads, to write later changed elements into."""
-        retired, self._retired = getattr(self, "_retired", []), []
+        retired = getattr(self, "_retired", [])
+        self._retired = []
         if elements and not hasattr(self, "_held"):
             self._held: dict[str, torch.Tensor] = {}
         self._staged = StagedVersion(self.model_runner.get_model(), path, retired, self._held if elements else None)
@@ -74,7 +75,8 @@ class StagedVersion:
             layer.cpu_linear = kernel
         for parameter, values in self.tensors:
             parameter.data = values  # a tied head shares this parameter with the embedding
-        self.kernels, self.tensors = [], []
+        self.kernels = []
+        self.tensors = []
         return replaced
 
     def _stage(self, model: torch.nn.Module, path: str, retired: list, held: dict[str, torch.Tensor] | None) -> None:
@@ -154,5 +156,6 @@ def checkpoint_names(module_name: str, attribute: str, packed: dict[str, list[st
 
 
 def model_is_tied(model: torch.nn.Module) -> bool:
-    head, embedding = getattr(model, "lm_head", None), getattr(getattr(model, "model", None), "embed_tokens", None)
+    head = getattr(model, "lm_head", None)
+    embedding = getattr(getattr(model, "model", None), "embed_tokens", None)
     return head is not None and embedding is not None and head.weight is embedding.weight

@@ -23,7 +23,8 @@ from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.rollout.weights.changed_tensors import TensorSelection
 from lit_asyncrl.rollout.weights.route import WeightPush, WeightRoute
 
-EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
+EMBEDDING = "model.embed_tokens.weight"
+HEAD = "lm_head.weight"
 
 
 def weights_for_engine(state_dict: Mapping[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
