@@ -137,6 +137,7 @@ def quiet_known_warnings() -> None:
     # `before_fit.check_settings` names itself.
     warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty.*")
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_LITLOGGER_TIP)
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_OWN_BAR_NOTE)
 
 
 class _NoLitLoggerTip(logging.Filter):
@@ -146,4 +147,19 @@ class _NoLitLoggerTip(logging.Filter):
         return "litlogger" not in record.getMessage()
 
 
+class _NoOwnBarNote(logging.Filter):
+    """Drops Lightning's note that the module's callbacks replace the trainer's when all they replace is
+    Lightning's default rich bar: the module puts its phase bar in its place on purpose
+    (`progress_bar.stream_progress_bar`). A note naming any other callback is kept."""
+
+    OWN_BAR_NOTE = (
+        "The following callbacks returned in `LightningModule.configure_callbacks` will override existing callbacks "
+        "passed to Trainer: RichProgressBar"
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != self.OWN_BAR_NOTE
+
+
 _LITLOGGER_TIP = _NoLitLoggerTip()
+_OWN_BAR_NOTE = _NoOwnBarNote()

@@ -276,3 +276,23 @@ def test_the_lightning_cli_names_its_own_paths(argument, fragment, tmp_path):
         )
     message = str(raised.value) + "".join(f" {cause}" for cause in _causes(raised.value))
     assert fragment in message and fragment.removeprefix("data.") not in message.replace(fragment, "")
+
+
+@pytest.mark.parametrize(
+    ("override", "group", "existing"),
+    [("experiment=snapshto", "experiment", "snapshot"), ("setting=findngs", "setting", "findings")],
+)
+def test_an_experiment_or_setting_that_names_no_file_is_refused_naming_the_key_and_the_choices(
+    override, group, existing
+):
+    # Hydra skips an `optional` default whose file is missing: a typo in the first key a user writes would
+    # run the default without a word. Not optional, Hydra refuses it, names it and lists what exists.
+    from hydra.errors import MissingConfigException
+
+    from tests.support.configs import compose_train
+
+    with pytest.raises(MissingConfigException) as refused:
+        compose_train([override])
+    message = str(refused.value)
+    assert f"Could not find '{group}/{override.split('=')[1]}'" in message
+    assert f"Available options in '{group}'" in message and f"\t{existing}\n" in message

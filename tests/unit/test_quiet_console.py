@@ -11,7 +11,7 @@ def test_lightnings_cloud_logger_tip_is_dropped_and_its_other_messages_kept(capl
     quiet_known_warnings()
     quiet_known_warnings()  # twice: one filter, not two
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    assert len(logger.filters) == 1
+    assert len(logger.filters) == 2  # the tip's and the own bar's note's
     with caplog.at_level(logging.INFO, logger=logger.name):
         logger.info(
             "💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger](https://pypi.org/project/litlogger/)"
@@ -89,3 +89,41 @@ def test_lightnings_note_on_a_non_empty_log_dir_is_replaced_by_ours(tmp_path):
     assert [str(w.message) for w in caught if "earlier run" in str(w.message)] == [
         f"{tmp_path / 'metrics.csv'} holds an earlier run's metrics; this run replaces them"
     ]
+
+
+def test_lightnings_note_that_the_phase_bar_replaces_its_own_is_dropped_in_a_real_fit(caplog):
+    """A module whose `configure_callbacks` puts the phase bar in place of the trainer's default rich bar
+    (as `AsyncRLModule` does): Lightning's note on the override stays off the console; a note naming
+    another callback of the trainer's is kept."""
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader
+
+    from lit_asyncrl.progress_bar import stream_progress_bar
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(1))
+
+        def training_step(self, batch, batch_idx):
+            return (self.weight * batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def configure_callbacks(self):
+            return stream_progress_bar("RL", self.trainer)
+
+    quiet_known_warnings()
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    other = (
+        "The following callbacks returned in `LightningModule.configure_callbacks` will override existing callbacks "
+        "passed to Trainer: ModelCheckpoint, RichProgressBar"
+    )
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        trainer.fit(Module(), DataLoader(torch.ones(2, 1), batch_size=1))
+        logger.info(other)
+    assert isinstance(trainer.progress_bar_callback, type(stream_progress_bar("RL")[0]))  # the override happened
+    assert [record.getMessage() for record in caplog.records if "configure_callbacks" in record.getMessage()] == [other]
