@@ -13,7 +13,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from asyncrl_callbacks.eval_mode import evaluation_mode
+from asyncrl_callbacks.eval_mode import evaluation_mode, has_active_dropout
 from asyncrl_callbacks.snapshot_store import SnapshotStore, module_tensors
 from asyncrl_callbacks.version_shards import VersionShard, version_shards
 from lightning.pytorch.callbacks import Callback
@@ -276,9 +276,12 @@ class SnapshotRetention(Callback):
                 ``forward(*args, **kwargs)`` calls the target module with the snapshot's tensors and
                 ``rows`` (long, on the batch's device) selects the shard's sequences. Apply the
                 sampling temperature here.
-            current_logprobs: Optional ``[B, T]`` log-probs of the live weights; tokens of the
-                newest saved version take them (detached) instead of a forward, since inside
-                ``training_step`` the live weights are that version.
+            current_logprobs: Optional ``[B, T]`` log-probs of the live weights, which inside
+                ``training_step`` are the newest saved version. That version's tokens take them
+                (detached) instead of a forward only when the module has no active dropout
+                (:func:`~asyncrl_callbacks.eval_mode.has_active_dropout`), so that they are the
+                eval-mode log-probs; otherwise those tokens get an eval-mode forward of the live
+                weights, like every other version's.
             module: Module to call; defaults to the one resolved at ``setup``.
 
         Returns:
@@ -308,11 +311,16 @@ class SnapshotRetention(Callback):
         self, shard: VersionShard, module: nn.Module, score_fn: ScoreFn, current_logprobs: Tensor | None
     ) -> Tensor:
         if current_logprobs is not None and shard.version == self.latest_version:
-            return current_logprobs.detach()[shard.rows.to(current_logprobs.device)]
-        params = self._materialise(shard.version, module)
+            if not has_active_dropout(module):  # the caller's forward is the eval-mode one: no forward
+                return current_logprobs.detach()[shard.rows.to(current_logprobs.device)]
+            # The caller's log-probs are a dropout sample: score the live weights, which are this version
+            # (the caller says so by passing them; exact even with a rounded storage_dtype), in eval mode.
+            forward: Callable[..., Any] = module
+        else:
+            forward = _bind(module, self._materialise(shard.version, module))
         start = time.perf_counter()
         with torch.no_grad(), evaluation_mode(module):
-            values = score_fn(_bind(module, params), shard.rows)
+            values = score_fn(forward, shard.rows)
         _synchronize(values.device)
         self.metrics["snapshot/historical_forward_s"] += time.perf_counter() - start
         self.num_historical_forwards += 1
