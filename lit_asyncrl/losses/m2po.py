@@ -57,9 +57,8 @@ def second_moment_mask(log_ratio: Tensor, valid: Tensor, second_moment_bound: fl
     # the full sort's float64 prefix means carry <= numel eps64 more.
     margin = 2.0 * ((length + 2) * unit + (rows + log_ratio.numel()) * eps64)
     valid_count = int(count_true(valid))
-    log_ratio = torch.where(
-        valid, log_ratio, torch.zeros((), dtype=log_ratio.dtype, device=valid.device)
-    )  # 0 off valid
+    # 0 off valid.
+    log_ratio = torch.where(valid, log_ratio, torch.zeros((), dtype=log_ratio.dtype, device=valid.device))
     total = torch.zeros((), dtype=torch.float64, device=valid.device)
     for _, squared, _ in _squares(log_ratio, valid, log_ratio.dtype):
         total += squared.view(-1, length).sum(dim=-1).to(torch.float64).sum()

@@ -45,9 +45,8 @@ class TrainedEpisodesWriter(L.Callback):
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._step = (
-            trainer.global_step
-        )  # the step the batch is trained at (the optimizer moves it before the hook below)
+        # The step the batch is trained at (the optimizer moves it before the hook below).
+        self._step = trainer.global_step
 
     @override
     def on_train_batch_end(

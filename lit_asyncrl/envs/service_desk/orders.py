@@ -72,9 +72,8 @@ class CustomerGoal:
 class DeskDifficulty:
     num_orders: int  # orders in the customer's database
     requests: tuple[str, ...]  # request kinds drawn (uniformly)
-    edge_days: (
-        int | None
-    )  # delivered orders lie within this many days of the window's edge; None = anywhere in 1..2*window
+    # Delivered orders lie within this many days of the window's edge; None = anywhere in 1..2*window.
+    edge_days: int | None
 
 
 DIFFICULTIES = {

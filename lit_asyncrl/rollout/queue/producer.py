@@ -253,9 +253,8 @@ class RolloutProducer:
         episodes are trained on (their advantages are computed among themselves)."""
         kept = []
         for trajectory in trajectories:
-            if (
-                trajectory.env_failure == "restart"
-            ):  # replayed otherwise after a resume: not the environment's failure rate
+            # Replayed otherwise after a resume: not the environment's failure rate.
+            if trajectory.env_failure == "restart":
                 self.buffer.drop_produced(1, "restart")
                 continue
             failure = trajectory.env_failure or ("timeout" if trajectory.timed_out else None)

@@ -82,9 +82,8 @@ class VLLMRolloutService:
         # One trainer process assumed until `configure` says otherwise, so that a route this
         # machine cannot take is refused now, before anything starts.
         self.engine_settings = self._engine_settings(trainer_processes=1)
-        if (
-            rollout.scale_out.placement == "local"
-        ):  # vLLM's parallelism, checked where it will run (a Ray actor checks its own)
+        # vLLM's parallelism, checked where it will run (a Ray actor checks its own).
+        if rollout.scale_out.placement == "local":
             parallelism_args(self.engine_settings, trainer_device_type())
         self.engine_factory, self.dedicated_worker_factory = placement_factories(rollout.scale_out)
         self.liveness_poll_s = liveness_poll_s
@@ -142,9 +141,10 @@ class VLLMRolloutService:
 
     def load_state_dict(self, state: dict) -> None:
         restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
+        # The groups in flight at the checkpoint: lane 0 continues them.
         self._resumed = (
             resumable(state.get("in_flight", []), self.rollout.batch.group_size) if self.checkpoint_pending else []
-        )  # continued by lane 0
+        )
         self.buffer.resumed([group["group_id"] for group in self._resumed])
         self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
 

@@ -113,9 +113,8 @@ class StagedVersion:
                 raise ValueError(f"{module_name}.{attribute} is made of {names}, the weights file has only {present}")
             used.update(names)
             values = torch.cat([loaded[name] for name in names]) if len(names) > 1 else loaded[names[0]]
-            if (
-                parameter.numel() and values.shape != parameter.shape
-            ):  # an embedding's rows padded to vLLM's vocabulary multiple
+            # An embedding's rows padded to vLLM's vocabulary multiple.
+            if parameter.numel() and values.shape != parameter.shape:
                 values = torch.cat([values, parameter.data[values.shape[0] :]])
             return values.to(parameter.dtype)
 
