@@ -1,7 +1,8 @@
 """The generation side of a run, behind one protocol (`RolloutService`).
 
 The types other code talks to are named here: the service and the factory that makes it, the
-engine protocol, the settings users write (`rollout.<key>`), and the records a rollout yields.
+engine protocol, the weight-route protocol and what a push took, the settings users write
+(`rollout.<key>`), and the records a rollout yields.
 What implements them lives in packages by concern:
 
 - `serving/`: the service on vLLM engines and what coordinates it (lanes, placement, DDP, held-out
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from lit_asyncrl.rollout.records import Trajectory
     from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn, ServiceFactory
     from lit_asyncrl.rollout.settings import RolloutConfig
+    from lit_asyncrl.rollout.weights.route import WeightPush, WeightRoute
 
 #: Each public name and the module that defines it. They are imported when first asked for, not with
 #: the package: the reaper (`python -m lit_asyncrl.rollout.processes.reaper`) and the vLLM plugins of
@@ -39,6 +41,8 @@ _PUBLIC = {
     "ScoreFn": "lit_asyncrl.rollout.service",
     "ServiceFactory": "lit_asyncrl.rollout.service",
     "RolloutConfig": "lit_asyncrl.rollout.settings",
+    "WeightPush": "lit_asyncrl.rollout.weights.route",
+    "WeightRoute": "lit_asyncrl.rollout.weights.route",
 }
 
 __all__ = [
@@ -52,6 +56,8 @@ __all__ = [
     "ServiceFactory",
     "Trajectory",
     "TurnOutput",
+    "WeightPush",
+    "WeightRoute",
 ]
 
 
