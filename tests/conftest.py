@@ -4,7 +4,9 @@
   (in this process or in a run it launches) without the mark fails, and so does a marked test
   during which no engine process lived. So `-m "not engine"` is the fast part, and nothing in it
   waits for an engine.
-- A whole test session leaves nothing new in /tmp or /dev/shm (pytest's basetemp aside).
+- A whole test session leaves nothing behind: nothing in the temp dir it gives every process it
+  starts, and nothing new in /tmp or /dev/shm under a name a run of ours can make (pytest's basetemp
+  aside; `tests/support/leftovers.py`). Other programs' files there do not count.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import shutil
 import sys
 import threading
 import time
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
-from tests.support.leftovers import left_behind, listing
+from tests.support.leftovers import left_behind, listing, start_session_temp_dir
 
 # The tiny policy's `model_path` and `tokenizer` fixtures, for every test folder.
 pytest_plugins = ["tests.support.tiny_policy"]
@@ -110,6 +113,8 @@ def pytest_configure(config: pytest.Config) -> None:
     _share_the_cores(config)
     config.stash[_WATCH] = EngineWatch()
     if not hasattr(config, "workerinput"):  # the session's own process (xdist's controller, or plain pytest)
+        # Before the workers start: they, and every process they start, inherit the temp dir.
+        config.stash[_SESSION_TEMP_DIR] = start_session_temp_dir()
         config.stash[_LISTING] = listing()
 
 
@@ -215,19 +220,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     before = session.config.stash.get(_LISTING, None)
     if before is None:
         return
-    deadline = time.monotonic() + 10  # processes that ended just now may still be removing their files
+    # Processes ending now (xdist's workers, what they started) may still be removing their files:
+    # another look a second later, and more while any process below this one lives (up to 10 s).
+    deadline = time.monotonic() + 10
     left = left_behind(before)
-    while left and time.monotonic() < deadline:
+    if left:
+        time.sleep(1)
+        left = left_behind(before)
+    while left and _descendants(os.getpid()) and time.monotonic() < deadline:
         time.sleep(0.5)
         left = left_behind(before)
+    shutil.rmtree(session.config.stash[_SESSION_TEMP_DIR], ignore_errors=True)
     if left:
         session.config.get_terminal_writer().line(
-            f"\nthe test session left {len(left)} entries in /tmp or /dev/shm: {left}", red=True
+            f"\nthe test session left {len(left)} entries in its temp dir, /tmp or /dev/shm: {left}", red=True
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 _WATCH = pytest.StashKey[EngineWatch]()
 _LISTING = pytest.StashKey[set]()
+_SESSION_TEMP_DIR = pytest.StashKey[Path]()
 _STARTED_AT = pytest.StashKey[float]()
 _ENGINE_AFTER_CALL = pytest.StashKey[bool]()

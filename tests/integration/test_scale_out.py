@@ -2,13 +2,13 @@
 
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
+from lit_asyncrl.rollout.processes.temp_dirs import ray_root
 from tests.support.runs import REPO, SMALL_RUN, STALE_RUN, read_all_rows, run_hydra
 
 pytestmark = pytest.mark.engine
@@ -103,7 +103,7 @@ def test_two_ddp_processes_on_a_ray_engine_train_a_task_mixture_each_group_once(
     assert (tmp_path / "run" / "summary.json").exists()  # written once, by rank 0
     # The Ray instance the run started is gone with it, its temp dir too.
     assert ray_processes() == []
-    assert list(Path(tempfile.gettempdir()).glob("lit_asyncrl_ray_*")) == []
+    assert list(Path(ray_root()).glob("lit_asyncrl_ray_*")) == []
 
 
 def assert_each_task_is_validated_and_counted_on_its_own(rows: list[dict], last: dict) -> None:

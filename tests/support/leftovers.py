@@ -1,4 +1,10 @@
-"""What a run left in /tmp and /dev/shm: listings before and after, less what live processes still hold.
+"""What a run left behind: listings before and after, less what live processes still hold.
+
+The test session gives every process it starts a temp dir of its own (`TMPDIR`, made by
+`start_session_temp_dir`): whatever is new there counts, whichever library made it. The machine's
+shared /tmp and /dev/shm are other programs' too (an editor, a build, another checkout's tests), so
+there only the names a run of ours can make count: our own dirs, multiprocessing's semaphores,
+shared memory and temp dirs, Ray's and vLLM's files, and vLLM's IPC sockets (bare uuids).
 
 Another test worker's run may be going on at the same time; its files are held by its processes
 (open, mapped, listening, or named after a live owner pid), so an entry counts as left behind only
@@ -10,17 +16,56 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
-ROOTS = (Path(tempfile.gettempdir()), Path("/dev/shm"))
+SHARED_ROOTS = (Path("/tmp"), Path("/dev/shm"))
+#: Set by the test session for every process it starts: the temp dir of its own.
+SESSION_TEMP_DIR_VARIABLE = "LIT_ASYNCRL_TEST_TMPDIR"
+SESSION_TEMP_DIR_PREFIX = "lit_asyncrl_tests_"
 #: Our own dirs carry their owner's pid: `lit_asyncrl_run_<pid>_*`, `lit_asyncrl_weights_<pid>_*`.
 OWNED = re.compile(r"lit_asyncrl_[a-z]+_(\d+)_")
+#: What a run of ours can leave in the shared roots: our dirs (`lit_asyncrl_*`), multiprocessing's
+#: semaphores, shared memory blocks and temp dirs, torch's shared tensors, Ray's and vLLM's files and
+#: torch's compile cache where their defaults put them, vLLM's ZMQ sockets (named by a bare uuid).
+OURS_IN_SHARED_ROOTS = re.compile(
+    r"lit_asyncrl_|sem\.mp-|psm_|wnsm_|pymp-|torch_|torchinductor_|ray|vllm"
+    r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+)
+
+
+def start_session_temp_dir() -> Path:
+    """Make the test session's own temp dir and point every process started from now on at it.
+
+    pytest's `tmp_path` dirs stay in the shared temp dir (`PYTEST_DEBUG_TEMPROOT`), where pytest
+    keeps the last three sessions' for a look after a failure; Ray's dirs too (`RAY_TMPDIR`): Ray
+    puts unix sockets some 60 characters deep in its dir, and a socket path has at most 107.
+    """
+    shared = tempfile.gettempdir()
+    _remove_session_dirs_of_dead_owners(Path(shared))
+    private = Path(tempfile.mkdtemp(prefix=f"{SESSION_TEMP_DIR_PREFIX}{os.getpid()}_", dir=shared))
+    os.environ[SESSION_TEMP_DIR_VARIABLE] = str(private)
+    os.environ["TMPDIR"] = str(private)
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", shared)
+    os.environ.setdefault("RAY_TMPDIR", shared)
+    tempfile.tempdir = None  # `tempfile` read TMPDIR once already, in this process
+    return private
 
 
 def listing() -> set[Path]:
-    """Every top-level entry of /tmp and /dev/shm now."""
-    return {entry for root in ROOTS if root.is_dir() for entry in root.iterdir()}
+    """Every top-level entry of the session's temp dir now, and those of /tmp and /dev/shm that could be ours."""
+    entries = {
+        entry
+        for root in SHARED_ROOTS
+        if root.is_dir()
+        for entry in root.iterdir()
+        if OURS_IN_SHARED_ROOTS.match(entry.name)
+    }
+    private = os.environ.get(SESSION_TEMP_DIR_VARIABLE)
+    if private and Path(private).is_dir():
+        entries |= set(Path(private).iterdir())
+    return entries
 
 
 def left_behind(before: set[Path], own_processes: set[int] | None = None) -> list[str]:
@@ -91,3 +136,11 @@ def _held_paths() -> set[str]:
     except OSError:
         pass
     return held
+
+
+def _remove_session_dirs_of_dead_owners(shared: Path) -> None:
+    """Session temp dirs of test sessions that were killed before they could remove them."""
+    for path in shared.glob(f"{SESSION_TEMP_DIR_PREFIX}*_*"):
+        owner = path.name.removeprefix(SESSION_TEMP_DIR_PREFIX).split("_", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(path, ignore_errors=True)

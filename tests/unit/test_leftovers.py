@@ -1,4 +1,6 @@
-"""The leftover check of the cleanup tests: a new entry counts only while no live process holds it.
+"""The leftover check of the cleanup tests and of the test session: a new entry counts only while no
+live process holds it, anywhere in the session's own temp dir, and in /tmp or /dev/shm only under a
+name a run of ours can make.
 
 Each test checks only the entries it made: the other worker's tests make and remove theirs meanwhile."""
 
@@ -8,14 +10,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from tests.support.leftovers import left_behind, listing, resource_trackers
+from tests.support.runs import REPO
 
 
 def test_a_new_entry_is_left_behind_once_no_process_holds_it():
     before = listing()
-    handle, name = tempfile.mkstemp(prefix="leftover_check_", dir="/tmp")
+    handle, name = tempfile.mkstemp(prefix="leftover_check_")  # in the session's temp dir
     os.close(handle)
     holder = subprocess.Popen(
         [sys.executable, "-c", f"import sys, time; f = open({name!r}); print(flush=True); time.sleep(60)"],
@@ -36,7 +40,7 @@ def test_a_new_entry_is_left_behind_once_no_process_holds_it():
 
 def test_a_socket_counts_while_bound_and_a_dir_while_its_owner_lives():
     before = listing()
-    path = Path(tempfile.mkdtemp(prefix="leftover_check_", dir="/tmp")) / "s"
+    path = Path(tempfile.mkdtemp(prefix="leftover_check_")) / "s"
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
     try:
@@ -46,9 +50,7 @@ def test_a_socket_counts_while_bound_and_a_dir_while_its_owner_lives():
     assert str(path.parent) in left_behind(before)  # the socket file stays, unbound
     path.unlink()
     path.parent.rmdir()
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
+    gone = _a_pid_no_process_has()
     ours = Path(tempfile.mkdtemp(prefix=f"lit_asyncrl_run_{os.getpid()}_", dir="/tmp"))
     theirs = Path(tempfile.mkdtemp(prefix=f"lit_asyncrl_run_{gone}_", dir="/tmp"))
     try:
@@ -82,3 +84,59 @@ def test_a_semaphore_waits_for_a_live_resource_tracker_outside_the_run(tmp_path)
     finally:
         holder.kill()
         semaphore.unlink()
+
+
+def test_in_the_shared_roots_only_names_a_run_of_ours_can_make_count():
+    before = listing()
+    unrelated = [
+        Path(tempfile.mkdtemp(prefix="an_editors_swap_", dir="/tmp")),
+        Path(tempfile.mkdtemp(prefix="tmp", dir="/tmp")),
+    ]
+    ours = [
+        Path(tempfile.mkdtemp(prefix=f"lit_asyncrl_weights_{_a_pid_no_process_has()}_", dir="/tmp")),
+        Path("/tmp") / str(uuid.uuid4()),  # vLLM's ZMQ socket where VLLM_RPC_BASE_PATH was not set
+        Path("/dev/shm") / f"sem.mp-leftover-check-{os.getpid()}",
+        Path(tempfile.mkdtemp(prefix="in_the_session_temp_dir_")),
+    ]
+    ours[1].write_bytes(b"")
+    ours[2].write_bytes(b"")
+    try:
+        assert left_behind(before) == sorted(str(path) for path in ours)
+    finally:
+        for path in unrelated + [ours[0], ours[3]]:
+            path.rmdir()
+        ours[1].unlink()
+        ours[2].unlink()
+
+
+def test_a_session_passes_beside_another_programs_file_and_fails_on_one_of_its_own(tmp_path):
+    # A test session of its own (this suite's conftest, one worker): its test leaves an unrelated dir
+    # in /tmp, then a file in the session's temp dir (where `tempfile` points every test process).
+    unrelated = Path("/tmp") / f"another_programs_dir_{os.getpid()}"
+    (tmp_path / "test_inner.py").write_text(
+        "import os, tempfile\n"
+        "def test_beside_another_program():\n"
+        f"    os.mkdir({str(unrelated)!r})\n"
+        "def test_leaving_a_file_of_its_own():\n"
+        "    if os.environ.get('LEAVE_ONE'):\n"
+        "        os.close(tempfile.mkstemp(prefix='left_by_the_run_')[0])\n"
+    )
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider", str(tmp_path)]
+    try:
+        clean = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert clean.returncode == 0, clean.stdout[-2000:]
+        unrelated.rmdir()
+        leaving = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "LEAVE_ONE": "1"}
+        )
+    finally:
+        if unrelated.exists():
+            unrelated.rmdir()
+    assert leaving.returncode == 1, leaving.stdout[-2000:]
+    assert "2 passed" in leaving.stdout
+    assert "the test session left 1 entries in its temp dir, /tmp or /dev/shm" in leaving.stdout
+    assert "left_by_the_run_" in leaving.stdout
+
+
+def _a_pid_no_process_has() -> int:
+    return int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True).stdout)

@@ -85,10 +85,16 @@ def make_weights_dir() -> Path:
 
 
 def make_ray_dir() -> Path:
-    """A new temp dir for a local Ray instance, directly in the temp dir this process started with:
-    Ray puts unix sockets some 60 characters deep in it, and a socket path has at most 107."""
+    """A new temp dir for a local Ray instance, directly in Ray's temp root (`ray_root`): Ray puts
+    unix sockets some 60 characters deep in it, and a socket path has at most 107."""
     remove_dirs_of_dead_owners()
-    return Path(tempfile.mkdtemp(prefix=f"{RAY_DIR_PREFIX}{os.getpid()}_", dir=_ORIGINAL_TEMP_DIR))
+    return Path(tempfile.mkdtemp(prefix=f"{RAY_DIR_PREFIX}{os.getpid()}_", dir=ray_root()))
+
+
+def ray_root() -> str:
+    """Where Ray's dirs go: `RAY_TMPDIR` when set (Ray's own setting for a temp dir whose path is too
+    long for its sockets), else the temp dir this process started with."""
+    return os.environ.get("RAY_TMPDIR") or _ORIGINAL_TEMP_DIR
 
 
 def remove_dirs_of_dead_owners() -> None:
@@ -102,7 +108,7 @@ def remove_dirs_of(owners: set[int]) -> None:
 
 
 def _remove_dirs_whose_owner(condition: Callable[[int], bool]) -> None:
-    for root in {_root(), _ORIGINAL_TEMP_DIR}:
+    for root in {_root(), _ORIGINAL_TEMP_DIR, ray_root()}:
         for prefix in (WEIGHTS_DIR_PREFIX, RUN_DIR_PREFIX, RAY_DIR_PREFIX):
             for path in Path(root).glob(f"{prefix}*_*"):
                 owner = path.name.removeprefix(prefix).split("_", 1)[0]
