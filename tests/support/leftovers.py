@@ -53,6 +53,11 @@ def start_session_temp_dir() -> Path:
     return private
 
 
+def session_temp_dir() -> Path:
+    """The test session's own temp dir (a test worker that made an engine points `tempfile` elsewhere: its run dir)."""
+    return Path(os.environ[SESSION_TEMP_DIR_VARIABLE])
+
+
 def listing() -> set[Path]:
     """Every top-level entry of the session's temp dir now, and those of /tmp and /dev/shm that could be ours."""
     entries = {

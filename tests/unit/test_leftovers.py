@@ -13,13 +13,13 @@ import time
 import uuid
 from pathlib import Path
 
-from tests.support.leftovers import left_behind, listing, resource_trackers
+from tests.support.leftovers import left_behind, listing, resource_trackers, session_temp_dir
 from tests.support.runs import REPO
 
 
 def test_a_new_entry_is_left_behind_once_no_process_holds_it():
     before = listing()
-    handle, name = tempfile.mkstemp(prefix="leftover_check_")  # in the session's temp dir
+    handle, name = tempfile.mkstemp(prefix="leftover_check_", dir=session_temp_dir())
     os.close(handle)
     holder = subprocess.Popen(
         [sys.executable, "-c", f"import sys, time; f = open({name!r}); print(flush=True); time.sleep(60)"],
@@ -40,7 +40,7 @@ def test_a_new_entry_is_left_behind_once_no_process_holds_it():
 
 def test_a_socket_counts_while_bound_and_a_dir_while_its_owner_lives():
     before = listing()
-    path = Path(tempfile.mkdtemp(prefix="leftover_check_")) / "s"
+    path = Path(tempfile.mkdtemp(prefix="leftover_check_", dir=session_temp_dir())) / "s"
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
     try:
@@ -96,7 +96,7 @@ def test_in_the_shared_roots_only_names_a_run_of_ours_can_make_count():
         Path(tempfile.mkdtemp(prefix=f"lit_asyncrl_weights_{_a_pid_no_process_has()}_", dir="/tmp")),
         Path("/tmp") / str(uuid.uuid4()),  # vLLM's ZMQ socket where VLLM_RPC_BASE_PATH was not set
         Path("/dev/shm") / f"sem.mp-leftover-check-{os.getpid()}",
-        Path(tempfile.mkdtemp(prefix="in_the_session_temp_dir_")),
+        Path(tempfile.mkdtemp(prefix="in_the_session_temp_dir_", dir=session_temp_dir())),
     ]
     ours[1].write_bytes(b"")
     ours[2].write_bytes(b"")
