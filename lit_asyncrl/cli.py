@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningCLI
 
 from lit_asyncrl.before_fit import check_settings, launch_and_warm_start
@@ -37,6 +38,13 @@ class AsyncRLCLI(LightningCLI):
         # Only what a run of this library does: train, or evaluate a checkpoint on held-out instances.
         return {key: skipped for key, skipped in LightningCLI.subcommands().items() if key in ("fit", "validate")}
 
+    def parse_arguments(self, parser, args) -> None:
+        if isinstance(args, (dict, Namespace)):
+            super().parse_arguments(parser, args)
+            return
+        given = sys.argv[1:] if args is None else list(args)
+        self.config = parser.parse_args(tasks_start_from_their_defaults(given))
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("model.model_path", "data.model_path")
         parser.add_class_arguments(WarmStart, "warm_start")
@@ -46,6 +54,32 @@ class AsyncRLCLI(LightningCLI):
         resumed = self.config[self.subcommand].get("ckpt_path") is not None
         warm_start = self.config_init[self.subcommand]["warm_start"]
         launch_and_warm_start(self.model, self.datamodule, warm_start, self.trainer, resumed)
+
+
+ENV_CLASS_FLAGS = ("--data.env", "--data.env.class_path")
+
+
+def tasks_start_from_their_defaults(args: list[str]) -> list[str]:
+    """A task class named on the command line starts from its own defaults.
+
+    jsonargparse keeps the previous class's `init_args` that the new class also accepts: with
+    `--config conf/cli/default.yaml --data.env my_module.MyTask`, guess-the-number's `max_turns`,
+    `held_out` or `malformed_reward` would silently become MyTask's. A `--data.env null` before each
+    such flag drops them (settings given after it still apply).
+    """
+    out: list[str] = []
+    for index, arg in enumerate(args):
+        flag, separator, value = arg.partition("=")
+        if not separator:
+            value = args[index + 1] if index + 1 < len(args) else ""
+        if flag in ENV_CLASS_FLAGS and _names_a_class(value):
+            out += ["--data.env", "null"]
+        out.append(arg)
+    return out
+
+
+def _names_a_class(value: str) -> bool:
+    return bool(value) and not value.startswith(("{", "-")) and value not in ("null", "None")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,3 +79,25 @@ def test_the_lightning_cli_builds_a_run_on_the_example_task_by_its_class_path(us
     ]
     cli = AsyncRLCLI(AsyncRLModule, RolloutDataModule, run=False, args=arguments)
     assert type(cli.datamodule.env).__name__ == "Parrot"
+
+
+@pytest.mark.parametrize(
+    "spelling", [["--data.env", "{cls}"], ["--data.env={cls}"], ["--data.env.class_path", "{cls}"]]
+)
+def test_a_task_class_named_in_the_cli_starts_from_its_own_defaults(spelling, tmp_path):
+    # The config's guess-the-number sets malformed_reward -0.2 and max_turns 4; the desk's defaults are
+    # -0.1 and 4, and jsonargparse alone would carry the -0.2 over. A setting given after the class applies.
+    from lit_asyncrl.cli import AsyncRLCLI
+    from lit_asyncrl.config_dir import config_dir
+    from lit_asyncrl.datamodule import RolloutDataModule
+    from lit_asyncrl.module import AsyncRLModule
+
+    named = [part.format(cls="lit_asyncrl.envs.ServiceDeskEnv") for part in spelling]
+    arguments = ["--config", f"{config_dir()}/cli/default.yaml", *named, "--data.env.init_args.max_turns", "6"]
+    arguments += ["--trainer.default_root_dir", str(tmp_path)]
+    cli = AsyncRLCLI(AsyncRLModule, RolloutDataModule, run=False, args=arguments)
+    settings = cli.config["data"]["env"]["init_args"]
+    assert settings["malformed_reward"] == -0.1
+    assert settings["max_turns"] == 6
+    assert settings["difficulty"] == "easy"
+    assert "max_value" not in settings and "held_out" not in settings
