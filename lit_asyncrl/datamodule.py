@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_asyncrl.envs import Environment, GuessNumberEnv
+from lit_asyncrl.envs import Environment, RangeGuessEnv
 from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.lifecycle import Terminated, end_other_ranks
 from lit_asyncrl.models import resolve_model_path
@@ -28,7 +28,7 @@ class RolloutDataModule(L.LightningDataModule):
     Args:
         model_path: the model the engine serves: a local Hugging Face folder, a hub id (fetched when
             online), "smollm2_135m" (a real chat model, offline) or None (the built-in tiny policy).
-        env: the task (None = guess-the-number).
+        env: the task (None = the range-guessing game, `RangeGuessEnv`).
         rollout: every rollout setting (`RolloutConfig`; `rollout.*` in Hydra, `data.rollout.*` in
             the Lightning CLI), checked when it is made.
         seed: task instances (training and held-out) are drawn from this seed.
@@ -49,7 +49,7 @@ class RolloutDataModule(L.LightningDataModule):
         # Resolve (and for the tiny policy, build) the model folder now: a bad path fails here,
         # before any engine starts.
         self.model_path = resolve_model_path(model_path)
-        self.env = env if env is not None else GuessNumberEnv()
+        self.env = env if env is not None else RangeGuessEnv()
         self.eval_instances = held_out_instances(self.env, self.rollout_config.evaluation.eval_instances, seed=seed)
         factory = service if service is not None else VLLMServiceFactory()
         self.rollouts: RolloutService = factory.build(self.model_path, self.env, self.rollout_config, seed)

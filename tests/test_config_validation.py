@@ -8,6 +8,7 @@ import time
 import pytest
 
 from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.envs import GuessNumberEnv
 from lit_asyncrl.losses import DecoupledPPO
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.settings import RolloutConfig
@@ -46,12 +47,12 @@ def test_a_context_without_room_for_one_whole_turn_is_refused_before_the_engine(
     # Guess-the-number opens with BOS and "?" (2 tokens of the character tokenizer) and a turn may
     # take max_turn_tokens = len("10") + 1 = 3 (digits and the `;`): 5 is the shortest context.
     with pytest.raises(ValueError) as raised:
-        RolloutDataModule(rollout=RolloutConfig.from_keys(max_model_len=4))
+        RolloutDataModule(env=GuessNumberEnv(), rollout=RolloutConfig.from_keys(max_model_len=4))
     assert str(raised.value) == (
         "rollout.max_model_len=4 leaves no room for one agent turn: the first prompt of GuessNumberEnv is already 2 tokens "
         "and a turn may take 3 more (env.max_turn_tokens); set rollout.max_model_len >= 5"
     )
-    RolloutDataModule(rollout=RolloutConfig.from_keys(max_model_len=5))  # the prompt and one whole turn fit
+    RolloutDataModule(env=GuessNumberEnv(), rollout=RolloutConfig.from_keys(max_model_len=5))  # prompt and turn fit
 
 
 def test_a_route_this_machine_lacks_is_refused_when_the_service_is_built():
@@ -177,7 +178,9 @@ MALFORMED = [
     (["loss=decoupled_ppo", "reference=snapshot", "reference.max_resident=2"], "reference.max_resident"),
     (["loss=decoupled_ppo", "reference=snapshot", "reference.max_staleness=1"], "reference.max_staleness"),
     (["experiment=dedicated", "rollout.num_engines=2"], "reference=dedicated runs with rollout.num_engines=1, got 2"),
-    (["env.max_value=0"], "env.max_value"),
+    (["env.span=1"], "env.span"),
+    (["env.held_out=[11]"], "env.held_out"),
+    (["env=guess_number", "env.max_value=0"], "env.max_value"),
     (["env.max_turns=0"], "env.max_turns"),
     (["env.latency_s=-1"], "env.latency_s"),
     (["env=service_desk", "env.difficulty=extreme"], "env.difficulty"),

@@ -85,7 +85,7 @@ def test_the_lightning_cli_builds_a_run_on_the_example_task_by_its_class_path(us
     "spelling", [["--data.env", "{cls}"], ["--data.env={cls}"], ["--data.env.class_path", "{cls}"]]
 )
 def test_a_task_class_named_in_the_cli_starts_from_its_own_defaults(spelling, tmp_path):
-    # The config's guess-the-number sets malformed_reward -0.2 and max_turns 4; the desk's defaults are
+    # The config's range game sets malformed_reward -0.2 and max_turns 4; the desk's defaults are
     # -0.1 and 4, and jsonargparse alone would carry the -0.2 over. A setting given after the class applies.
     from lit_asyncrl.cli import AsyncRLCLI
     from lit_asyncrl.config_dir import config_dir

@@ -5,6 +5,7 @@ from lit_asyncrl.envs.adapters.reasoning_gym import ReasoningGymEnv
 from lit_asyncrl.envs.base import Environment, TextEnv, Transition
 from lit_asyncrl.envs.guess_number import GuessNumberEnv
 from lit_asyncrl.envs.mixture import BalancedTaskMix, MixInstance, TaskMix
+from lit_asyncrl.envs.range_guess import RangeGuessEnv
 from lit_asyncrl.envs.service_desk.task import ServiceDeskEnv
 from lit_asyncrl.envs.service_desk.tools_task import ServiceDeskToolsEnv
 from lit_asyncrl.envs.tools import Grade, Tool, ToolEnv
@@ -20,6 +21,7 @@ __all__ = [
     "GuessNumberEnv",
     "LLMUser",
     "MixInstance",
+    "RangeGuessEnv",
     "ReasoningGymEnv",
     "ServiceDeskEnv",
     "ServiceDeskToolsEnv",

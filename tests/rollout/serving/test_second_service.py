@@ -45,7 +45,10 @@ def test_a_second_service_named_in_the_config_trains_two_steps(tmp_path):
         ("launch_early",),
         ("configure", 1, 0),
         ("start", 0, True),
-        ("evaluate", 2, 8),  # the sanity validation: guess-number's two held-out secrets, rollout.eval_samples=8
+        # The sanity validation: the range game's ten held-out instances in chunks of at most eight,
+        # rollout.eval_samples=8 each.
+        ("evaluate", 8, 8),
+        ("evaluate", 2, 8),
         ("next_batch", 0),
         ("publish", 1),
         ("next_batch", 1),
