@@ -24,7 +24,7 @@ from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, add_adapter
 from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
-from lit_asyncrl.scoring import logits_to_token_logprobs, token_entropy
+from lit_asyncrl.scoring import live_logprobs_without_dropout, logits_to_token_logprobs, token_entropy
 
 #: Step metrics that a step may lack (besides the per-gap buckets).
 MAYBE_ABSENT = ("fidelity/version_drift_",)
@@ -196,7 +196,8 @@ class AsyncRLModule(L.LightningModule):
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
         logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         logprobs = logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
-        ref_logprobs = self.reference.ref_logprobs(batch, logprobs.detach(), self.global_step)
+        live_logprobs = live_logprobs_without_dropout(self.policy, batch, logprobs)
+        ref_logprobs = self.reference.ref_logprobs(batch, live_logprobs, self.global_step)
         inputs = LossInputs(
             logprobs=logprobs,
             behavior_logprobs=batch["behavior_logprobs"],
@@ -218,7 +219,7 @@ class AsyncRLModule(L.LightningModule):
         if self.hparams.entropy_coef:
             entropy_bonus = entropy_bonus * self._global_batch_scale(loss_mask, "token_mean")
         loss = policy_loss - entropy_bonus
-        self._warn_if_reference_is_silently_current(ref_logprobs, logprobs, version_gap, loss_mask)
+        self._warn_if_reference_is_silently_current(ref_logprobs, live_logprobs, version_gap, loss_mask)
         outcome = StepOutcome(
             loss=loss,
             entropy=entropy,

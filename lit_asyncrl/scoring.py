@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from asyncrl_callbacks.eval_mode import evaluation_mode, has_active_dropout
 
 
 def logits_to_token_logprobs(
@@ -39,3 +40,20 @@ def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """[B, T] entropy of the next-token distribution that predicted each token (entry 0 is 0)."""
     logp = F.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
     return F.pad(-(logp.exp() * logp).sum(-1), (1, 0))
+
+
+def live_logprobs_without_dropout(
+    policy: torch.nn.Module, batch: dict, training_logprobs: torch.Tensor
+) -> torch.Tensor:
+    """[B, T] the live weights' log-probs as every reference scores them: with dropout off, detached.
+
+    They are the training forward's `training_logprobs` unless the policy has active dropout (a LoRA
+    adapter with `model.lora.dropout` above 0, a model of one's own): then the training forward drops
+    activations and one more forward, in eval mode and without gradients, gives them. Interruption-sync
+    takes them as pi_old of the tokens of the version being trained, the snapshot reference for its
+    newest version.
+    """
+    if not has_active_dropout(policy):
+        return training_logprobs.detach()
+    with torch.no_grad(), evaluation_mode(policy):
+        return token_logprobs(policy, batch["input_ids"], batch["attention_mask"], batch["temperature"], batch["top_k"])

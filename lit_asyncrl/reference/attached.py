@@ -39,7 +39,8 @@ class InterruptSyncReference(ReferenceSource):
 
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         # Tokens of the version being trained were sampled after the last interruption; their
-        # version's weights are the live ones, so pi_old is exactly the current log-prob.
+        # version's weights are the live ones, so pi_old is exactly the current log-prob, which the
+        # module gives with dropout off (`live_logprobs_without_dropout`).
         old_logprobs = batch["old_logprobs"]
         of_current_version = batch["versions"] == version
         return torch.where(torch.isnan(old_logprobs) & of_current_version, current_logprobs.detach(), old_logprobs)

@@ -49,7 +49,8 @@ class ReferenceSource(abc.ABC):
 
         Args:
             batch: the training batch (schema in `lit_asyncrl.rollout.service`).
-            current_logprobs: [B, T] pi_theta's log-probs, detached; sources may reuse them.
+            current_logprobs: [B, T] the live weights' log-probs with dropout off (as the references
+                score), detached; sources may reuse them.
             version: the trainer's weight version (optimizer steps taken).
         """
 

@@ -20,7 +20,11 @@ from tests.support.xdist_groups import FAILING_FROM_INSIDE, STOPPED_FROM_OUTSIDE
 pytestmark = pytest.mark.engine
 
 
-FAULTY_ENV = ["env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv", "trainer.num_sanity_val_steps=0"]
+FAULTY_ENV = [
+    "env=guess_number",
+    "env._target_=tests.integration.faulty_env.FaultyGuessNumberEnv",
+    "trainer.num_sanity_val_steps=0",
+]
 
 
 @FAILING_FROM_INSIDE

@@ -1,15 +1,19 @@
 """The library's own policy and the dedicated old-logit worker run without dropout, on a model whose
-config turns it on (GPT-2's 0.1 defaults): scores equal a copy of the model in eval mode."""
+config turns it on (GPT-2's 0.1 defaults): scores equal a copy of the model in eval mode. With a LoRA
+adapter's dropout (the one dropout a run may keep), the references get the eval-mode log-probs."""
 
 import copy
 import logging
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
+from lit_asyncrl.models.lora import LoRASettings, add_adapter
 from lit_asyncrl.models.policy import dropout_settings
 from lit_asyncrl.module import AsyncRLModule
+from lit_asyncrl.reference import InterruptSyncReference
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedScorer
+from lit_asyncrl.scoring import live_logprobs_without_dropout, token_logprobs
 
 
 def saved_gpt2_with_dropout(folder) -> GPT2LMHeadModel:
@@ -58,3 +62,43 @@ def test_the_dedicated_worker_scores_like_an_eval_copy(tmp_path):
     ]  # each token given its prefix
     assert (request_id, version) == (7, 3)
     torch.testing.assert_close(torch.tensor(scores[0]), torch.tensor(expected), rtol=0, atol=1e-6)
+
+
+def test_the_references_get_the_live_weights_without_dropout_when_a_lora_adapter_drops(model_path):
+    # model.lora.dropout above 0: the training forward drops the adapter's inputs, so interruption-sync's
+    # pi_old for the version being trained (and the snapshot reference's newest version) come from an
+    # eval-mode forward of the live weights, the policy left in training mode.
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    policy = add_adapter(base, LoRASettings(rank=8, dropout=0.5))
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)  # peft starts B at 0: the adapter would change nothing
+    policy.train()
+    input_ids = torch.randint(3, 20, (2, 9), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "temperature": 1.0, "top_k": -1}
+    training = token_logprobs(policy, input_ids, batch["attention_mask"], 1.0)
+    with torch.no_grad():
+        expected = token_logprobs(copy.deepcopy(policy).eval(), input_ids, batch["attention_mask"], 1.0)
+    assert (training - expected).abs().max() > 1e-2  # the dropout is real
+
+    live = live_logprobs_without_dropout(policy, batch, training)
+    torch.testing.assert_close(live, expected, rtol=0, atol=1e-6)
+    assert policy.training and not live.requires_grad
+    # Interruption-sync: rows of the trained version (3) without pi_old take the live log-probs; others keep theirs.
+    old_logprobs = torch.full_like(expected, float("nan"))
+    old_logprobs[1] = -1.5
+    versions = torch.tensor([[3] * 9, [2] * 9])
+    pi_old = InterruptSyncReference().ref_logprobs({"old_logprobs": old_logprobs, "versions": versions}, live, 3)
+    torch.testing.assert_close(pi_old[0], expected[0], rtol=0, atol=1e-6)
+    assert torch.equal(pi_old[1], torch.full((9,), -1.5))
+
+
+def test_without_dropout_the_training_forwards_log_probs_stand_in(model_path):
+    policy = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).train()
+    input_ids = torch.randint(3, 20, (2, 9), generator=torch.Generator().manual_seed(1))
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "temperature": 1.0, "top_k": -1}
+    training = token_logprobs(policy, input_ids, batch["attention_mask"], 1.0)
+    live = live_logprobs_without_dropout(policy, batch, training)
+    assert torch.equal(live, training.detach()) and not live.requires_grad
