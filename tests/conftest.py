@@ -221,13 +221,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if before is None:
         return
     # Processes ending now (xdist's workers, what they started) may still be removing their files:
-    # another look a second later, and more while any process below this one lives (up to 10 s).
+    # more looks while any process below this one lives (up to 10 s), and one after they are gone.
     deadline = time.monotonic() + 10
     left = left_behind(before)
-    if left:
-        time.sleep(1)
-        left = left_behind(before)
     while left and _descendants(os.getpid()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = left_behind(before)
+    if left:
         time.sleep(0.5)
         left = left_behind(before)
     shutil.rmtree(session.config.stash[_SESSION_TEMP_DIR], ignore_errors=True)

@@ -81,10 +81,7 @@ def test_the_lightning_cli_builds_a_run_on_the_example_task_by_its_class_path(us
     assert type(cli.datamodule.env).__name__ == "Parrot"
 
 
-@pytest.mark.parametrize(
-    "spelling", [["--data.env", "{cls}"], ["--data.env={cls}"], ["--data.env.class_path", "{cls}"]]
-)
-def test_a_task_class_named_in_the_cli_starts_from_its_own_defaults(spelling, tmp_path):
+def test_a_task_class_named_in_the_cli_starts_from_its_own_defaults(tmp_path):
     # The config's range game sets malformed_reward -0.2 and max_turns 4; the desk's defaults are
     # -0.1 and 4, and jsonargparse alone would carry the -0.2 over. A setting given after the class applies.
     from lit_asyncrl.cli import AsyncRLCLI
@@ -92,12 +89,24 @@ def test_a_task_class_named_in_the_cli_starts_from_its_own_defaults(spelling, tm
     from lit_asyncrl.datamodule import RolloutDataModule
     from lit_asyncrl.module import AsyncRLModule
 
-    named = [part.format(cls="lit_asyncrl.envs.ServiceDeskEnv") for part in spelling]
-    arguments = ["--config", f"{config_dir()}/cli/default.yaml", *named, "--data.env.init_args.max_turns", "6"]
-    arguments += ["--trainer.default_root_dir", str(tmp_path)]
+    arguments = ["--config", f"{config_dir()}/cli/default.yaml", "--data.env", "lit_asyncrl.envs.ServiceDeskEnv"]
+    arguments += ["--data.env.init_args.max_turns", "6", "--trainer.default_root_dir", str(tmp_path)]
     cli = AsyncRLCLI(AsyncRLModule, RolloutDataModule, run=False, args=arguments)
     settings = cli.config["data"]["env"]["init_args"]
     assert settings["malformed_reward"] == -0.1
     assert settings["max_turns"] == 6
     assert settings["difficulty"] == "easy"
-    assert "max_value" not in settings and "held_out" not in settings
+    assert "span" not in settings and "held_out" not in settings
+
+
+def test_every_spelling_of_a_task_class_is_preceded_by_a_reset_and_nothing_else_is():
+    from lit_asyncrl.cli import tasks_start_from_their_defaults
+
+    reset = ["--data.env", "null"]
+    named = ["fit", "--data.env", "my.Task", "--data.env.init_args.k", "1"]
+    assert tasks_start_from_their_defaults(named) == ["fit", *reset, *named[1:]]
+    assert tasks_start_from_their_defaults(["--data.env=my.Task"]) == [*reset, "--data.env=my.Task"]
+    by_class_path = ["--data.env.class_path", "my.Task"]
+    assert tasks_start_from_their_defaults(by_class_path) == [*reset, *by_class_path]
+    untouched = ["--data.env", '{"init_args": {"k": 1}}', "--data.env.max_turns", "3", "--data.env", "null"]
+    assert tasks_start_from_their_defaults(untouched) == untouched
