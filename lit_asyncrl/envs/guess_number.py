@@ -37,8 +37,11 @@ class GuessNumberEpisode:
         self.turns_left -= 1
         if guess == self.secret:
             return Transition("W", 1.0, terminated=True, truncated=False, info={"success": True})
-        feedback = "H" if self.secret > guess else "L"
-        return Transition(feedback, 0.0, terminated=False, truncated=self.turns_left <= 0)
+        return Transition(self.answer(guess), 0.0, terminated=False, truncated=self.turns_left <= 0)
+
+    def answer(self, wrong_guess: int) -> str:
+        """What the agent is told after a wrong guess: the secret is higher or lower."""
+        return "H" if self.secret > wrong_guess else "L"
 
 
 class GuessNumberEnv(Environment):
@@ -64,15 +67,9 @@ class GuessNumberEnv(Environment):
         episode_timeout_s: float | None = None,
     ) -> None:
         super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
-        if max_value < 2:
-            raise ValueError(f"env.max_value must be >= 2, got {max_value}")
-        if max_turns < 1:
-            raise ValueError(f"env.max_turns must be >= 1, got {max_turns}")
-        self.held_out = frozenset(int(secret) for secret in held_out)
-        if not self.held_out <= set(range(1, max_value + 1)) or len(self.held_out) >= max_value:
-            raise ValueError(
-                f"env.held_out={sorted(self.held_out)} must be some, not all, of the secrets 1..{max_value}"
-            )
+        require_at_least("env.max_value", max_value, 2)
+        require_at_least("env.max_turns", max_turns, 1)
+        self.held_out = some_not_all(held_out, max_value, "secrets")
         self.max_value = max_value
         self.max_turns = max_turns
         self.malformed_reward = malformed_reward
@@ -99,6 +96,19 @@ class GuessNumberEnv(Environment):
             turns.append((f"{guess};", "H" if instance > guess else "L"))
             low, high = (guess + 1, high) if instance > guess else (low, guess - 1)
         return turns
+
+
+def require_at_least(key: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ValueError(f"{key} must be >= {minimum}, got {value}")
+
+
+def some_not_all(held_out: Sequence[int], largest: int, what: str) -> frozenset[int]:
+    """`env.held_out` as a set, refused unless it is some, not all, of 1..largest (`what` names them)."""
+    chosen = frozenset(int(item) for item in held_out)
+    if not chosen <= set(range(1, largest + 1)) or len(chosen) >= largest:
+        raise ValueError(f"env.held_out={sorted(chosen)} must be some, not all, of the {what} 1..{largest}")
+    return chosen
 
 
 def parse_guess(action: str) -> int | None:

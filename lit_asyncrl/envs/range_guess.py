@@ -20,37 +20,32 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from lit_asyncrl.envs.base import Environment, Transition
-from lit_asyncrl.envs.guess_number import parse_guess
+from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.envs.guess_number import GuessNumberEpisode, require_at_least, some_not_all
 
 #: An instance: the first number of the range and the secret.
 RangeInstance = tuple[int, int]
 
 
-class RangeGuessEpisode:
+class RangeGuessEpisode(GuessNumberEpisode):
+    """Guess-the-number's episode, telling the range still possible instead of higher or lower."""
+
     def __init__(self, instance: RangeInstance, span: int, max_turns: int, malformed_reward: float) -> None:
-        start, self.secret = instance
+        start, secret = instance
+        super().__init__(secret, start + span - 1, max_turns, malformed_reward)
         self.low = start
         self.high = start + span - 1
-        self.turns_left = max_turns
-        self.malformed_reward = malformed_reward
 
     def reset(self, seed: int | None = None) -> str:
         return self.shown_range()
 
-    def step(self, action: str) -> Transition:
-        guess = parse_guess(action)
-        if guess is None:
-            return Transition("", self.malformed_reward, terminated=True, truncated=False, info={"malformed": True})
-        self.turns_left -= 1
-        if guess == self.secret:
-            return Transition("W", 1.0, terminated=True, truncated=False, info={"success": True})
+    def answer(self, wrong_guess: int) -> str:
         # A guess outside the range shown teaches nothing new: the range stays.
-        if self.secret > guess:
-            self.low = max(self.low, guess + 1)
+        if self.secret > wrong_guess:
+            self.low = max(self.low, wrong_guess + 1)
         else:
-            self.high = min(self.high, guess - 1)
-        return Transition(self.shown_range(), 0.0, terminated=False, truncated=self.turns_left <= 0)
+            self.high = min(self.high, wrong_guess - 1)
+        return self.shown_range()
 
     def shown_range(self) -> str:
         return f"{self.low}-{self.high}?"
@@ -81,17 +76,10 @@ class RangeGuessEnv(Environment):
         episode_timeout_s: float | None = None,
     ) -> None:
         super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
-        if span < 2:
-            raise ValueError(f"env.span must be >= 2, got {span}")
-        if max_start < 2:
-            raise ValueError(f"env.max_start must be >= 2, got {max_start}")
-        if max_turns < 1:
-            raise ValueError(f"env.max_turns must be >= 1, got {max_turns}")
-        self.held_out = frozenset(int(start) for start in held_out)
-        if not self.held_out <= set(range(1, max_start + 1)) or len(self.held_out) >= max_start:
-            raise ValueError(
-                f"env.held_out={sorted(self.held_out)} must be some, not all, of the starts 1..{max_start}"
-            )
+        require_at_least("env.span", span, 2)
+        require_at_least("env.max_start", max_start, 2)
+        require_at_least("env.max_turns", max_turns, 1)
+        self.held_out = some_not_all(held_out, max_start, "starts")
         self.span = span
         self.max_start = max_start
         self.max_turns = max_turns
