@@ -3,6 +3,7 @@
 from lit_asyncrl.envs.adapters.gem import GemEnv
 from lit_asyncrl.envs.adapters.reasoning_gym import ReasoningGymEnv
 from lit_asyncrl.envs.base import Environment, TextEnv, Transition
+from lit_asyncrl.envs.dataset_task.task import DatasetEnv
 from lit_asyncrl.envs.guess_number import GuessNumberEnv
 from lit_asyncrl.envs.mixture import BalancedTaskMix, MixInstance, TaskMix
 from lit_asyncrl.envs.range_guess import RangeGuessEnv
@@ -15,6 +16,7 @@ from lit_asyncrl.envs.users.simulated import CooperativeUser, SimulatedUser
 __all__ = [
     "BalancedTaskMix",
     "CooperativeUser",
+    "DatasetEnv",
     "Environment",
     "GemEnv",
     "Grade",

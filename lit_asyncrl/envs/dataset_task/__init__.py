@@ -1,0 +1,1 @@
+"""Prompt datasets with reward functions (`env=dataset`)."""
