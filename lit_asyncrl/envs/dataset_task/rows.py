@@ -22,6 +22,7 @@ def read_rows(path: str, key: str) -> list[dict[str, Any]]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import datasets
 
+    datasets.disable_progress_bars()  # Lightning's progress bar is the console's one
     if location.is_dir():
         loaded = datasets.load_from_disk(str(location))
         if isinstance(loaded, datasets.DatasetDict):
