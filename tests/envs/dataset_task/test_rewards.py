@@ -7,7 +7,7 @@ import pytest
 from lit_asyncrl.envs.dataset_task.math_answers import MathVerifier
 from lit_asyncrl.envs.dataset_task.rewards import reward_terms, score_blocking
 
-EXAMPLES = "tests.envs.dataset_task.reward_examples"
+EXAMPLES = "tests.support.reward_functions"
 
 
 @pytest.fixture(scope="module")

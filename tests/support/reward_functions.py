@@ -1,4 +1,4 @@
-"""Reward functions named by dotted path in the dataset task's tests (`env.rewards`)."""
+"""Reward functions the dataset task's tests name by dotted path (`env.rewards`), in-process and in real runs."""
 
 import asyncio
 import re
@@ -37,3 +37,8 @@ def no_completions(prompts):
 
 
 NOT_CALLABLE = 3
+
+
+def answer_column_reached(completions, answer, **kwargs):
+    """1.0 for every completion whose row's `answer` column arrived (by its name) as a string of digits."""
+    return [1.0 if str(value).isdigit() else 0.0 for value in answer]
