@@ -24,6 +24,7 @@ from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, add_adapter
 from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
+from lit_asyncrl.rollout.records import REWARD_FAILED, REWARD_VALUE
 from lit_asyncrl.scoring import live_logprobs_without_dropout, logits_to_token_logprobs, token_entropy
 
 #: Step metrics that a step may lack (besides the per-gap buckets).
@@ -291,9 +292,11 @@ class AsyncRLModule(L.LightningModule):
         # A version-gap bucket with no tokens in a step (or a mixture's task with no episode, or a
         # drift whose previous version is gone) must be absent from that step's row, but `self.log`
         # repeats a key's last value at every later step: these go to the loggers directly.
-        buckets = {
-            key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)
-        } | self._task_success(batch)
+        buckets = (
+            {key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)}
+            | self._task_success(batch)
+            | _reward_terms(batch)
+        )
         self.log_dict({key: value for key, value in metrics.items() if key not in buckets}, batch_size=size)
         for logger in self.loggers if buckets else ():
             logger.log_metrics(buckets, step=self.global_step)
@@ -378,6 +381,23 @@ def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) ->
             f"model.loss={loss.name or type(loss).__name__} needs a reference source (pi_ref) but model.reference is "
             "none; choose reference=snapshot, dedicated, interrupt_sync (exact), ewma or async_recompute (proxies)"
         )
+
+
+def _reward_terms(batch: dict) -> dict[str, float]:
+    """A dataset task's reward functions over this process's episodes of the batch (under DDP, rank
+    0's share): `train/rewards/<name>` the mean value where it scored, `.../scored` the share of
+    episodes it scored, `.../failed` the share it raised on. Empty for other tasks."""
+    metrics = {}
+    for key, values in batch.items():
+        if not key.startswith(REWARD_VALUE):
+            continue
+        name = key.removeprefix(REWARD_VALUE)
+        scored = ~torch.isnan(values)  # [B]
+        if scored.any():
+            metrics[f"train/rewards/{name}"] = float(values[scored].mean())
+        metrics[f"train/rewards/{name}/scored"] = float(scored.double().mean())
+        metrics[f"train/rewards/{name}/failed"] = float((batch[f"{REWARD_FAILED}{name}"] > 0).double().mean())
+    return metrics
 
 
 def _reference_gap_metrics(

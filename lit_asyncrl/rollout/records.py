@@ -55,6 +55,10 @@ class Trajectory:
     #: A tool task's calls by tool, and its calls answered with an error by reason (`envs/tools`).
     tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    #: A dataset task's reward functions (`envs/dataset_task`): each one's value summed over the
+    #: episode's steps (NaN while it scored none of them), and how often each raised.
+    reward_terms: dict[str, float] = dataclasses.field(default_factory=dict)
+    reward_failures: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     #: Where each agent turn starts, the tokens whose values are final (the prompt, the answered
     #: turns with their final versions, the observations: what a checkpoint records of an episode
     #: in flight, `episode_replay.py`), and whether the episode ended.
@@ -62,10 +66,18 @@ class Trajectory:
     committed: int = 0
     finished: bool = False
 
-    def count_tool_calls(self, info: dict) -> None:
-        """Add one step's tool calls and errors (a tool task's `info["tool_calls"]`, `info["tool_call_errors"]`)."""
+    def record_step_info(self, info: dict) -> None:
+        """Add what one step's `info` reports: a tool task's calls and errors (`tool_calls`,
+        `tool_call_errors`), a dataset task's reward-function values and failures (`rewards`, `reward_failures`)."""
         self.tool_calls.update(info.get("tool_calls", {}))
         self.tool_call_errors.update(info.get("tool_call_errors", {}))
+        for name, value in info.get("rewards", {}).items():
+            earlier = self.reward_terms.get(name, math.nan)
+            if value is None:
+                self.reward_terms[name] = earlier
+            else:
+                self.reward_terms[name] = float(value) + (0.0 if math.isnan(earlier) else earlier)
+        self.reward_failures.update(info.get("reward_failures", []))
 
     def extend_context(self, token_ids: list[int]) -> None:
         """Append tokens the policy did not write (prompt or observation)."""
@@ -139,6 +151,11 @@ def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) ->
     }
 
 
+#: Batch column prefixes of a dataset task's reward functions (`reward_term_columns`).
+REWARD_VALUE = "reward_value/"
+REWARD_FAILED = "reward_failed/"
+
+
 def training_batch(
     trajectories: list[Trajectory], pad_id: int, task_names: tuple[str, ...], temperature: float, top_k: int
 ) -> dict:
@@ -147,9 +164,24 @@ def training_batch(
     batch = collate(trajectories, pad_id=pad_id)
     if task_names:
         batch.update(task_columns(trajectories, task_names))
+    batch.update(reward_term_columns(trajectories))
     batch["temperature"] = temperature
     batch["top_k"] = top_k
     return batch
+
+
+def reward_term_columns(trajectories: list[Trajectory]) -> dict[str, torch.Tensor]:
+    """A dataset task's reward functions per episode, a column [B] each: `reward_value/<name>` (NaN
+    where the function scored no step) and `reward_failed/<name>` (how often it raised); nothing for
+    episodes of other tasks. One-dimensional, so a batch split over DDP ranks splits them by row."""
+    names = sorted({name for t in trajectories for name in (*t.reward_terms, *t.reward_failures)})
+    columns = {}
+    for name in names:
+        values = [t.reward_terms.get(name, math.nan) for t in trajectories]
+        columns[f"{REWARD_VALUE}{name}"] = torch.tensor(values, dtype=torch.float64)
+        failures = [float(t.reward_failures[name]) for t in trajectories]
+        columns[f"{REWARD_FAILED}{name}"] = torch.tensor(failures, dtype=torch.float64)
+    return columns
 
 
 def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tensor]:

@@ -28,6 +28,11 @@ A mixture of tasks (`TaskMix`) adds, in training and evaluation batches alike:
 
     task_ids           long  [B]     the task of each episode (evaluation: of each instance), an index into
     task_names         tuple[str]    every task of the mixture, the same tuple in every batch
+
+A dataset task's reward functions (`env=dataset`) add to training batches, per function `<name>`:
+
+    reward_value/<name>   float64 [B]  the function's value for each episode (NaN where it scored none)
+    reward_failed/<name>  float64 [B]  how often it raised on each episode
 """
 
 from __future__ import annotations

@@ -53,6 +53,11 @@ def test_a_dataset_file_trains_through_hydra_and_the_lightning_cli(tmp_path):
         (csv_path,) = run_dir.glob("**/metrics.csv")
         rows = read_rows(csv_path)
         assert [row["train/task_success"] for row in rows] == [1.0, 1.0, 1.0]
+        # The function's own metric, each step: its value where it scored, and it scored every episode.
+        logged = [row for row in read_all_rows(csv_path) if f"train/rewards/{REWARD}" in row]
+        assert [(row[f"train/rewards/{REWARD}"], row[f"train/rewards/{REWARD}/scored"]) for row in logged] == [
+            (1.0, 1.0)
+        ] * 3
         # The held-out rows (b == 3: ten prompts) were played before RL, all scored by the same function.
         validated = [row for row in read_all_rows(csv_path) if "val/avg@4" in row]
         assert validated[0]["val/avg@4"] == 1.0

@@ -3,7 +3,13 @@
 import pytest
 import torch
 
-from lit_asyncrl.rollout.records import NO_VERSION, Trajectory, collate, group_normalized_advantages
+from lit_asyncrl.rollout.records import (
+    NO_VERSION,
+    Trajectory,
+    collate,
+    group_normalized_advantages,
+    reward_term_columns,
+)
 
 
 def test_group_normalized_advantages_by_hand():
@@ -33,3 +39,31 @@ def test_collate_pads_and_broadcasts_advantages_on_policy_tokens_only():
     assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 0, 0, 0]]
     assert batch["success"].tolist() == [1.0, 0.0]
     assert first.oldest_version == 3 and first.num_policy_tokens == 2
+
+
+def test_a_dataset_tasks_reward_functions_become_one_column_each_nan_where_unscored():
+    scored = Trajectory(group_id=0)
+    scored.record_step_info({"rewards": {"exact": 1.0, "length": None}, "reward_failures": ["broken"]})
+    other_task = Trajectory(group_id=0)
+    other_task.record_step_info({"tool_calls": {"lookup": 1}})
+    later = Trajectory(group_id=1)
+    later.record_step_info({"rewards": {"exact": 0.0, "length": -2.0}, "reward_failures": []})
+    later.record_step_info({"rewards": {"exact": 0.5, "length": None}})  # a second step adds to the first
+    columns = reward_term_columns([scored, other_task, later])
+    assert sorted(columns) == [
+        "reward_failed/broken",
+        "reward_failed/exact",
+        "reward_failed/length",
+        "reward_value/broken",
+        "reward_value/exact",
+        "reward_value/length",
+    ]
+    nan = float("nan")
+    torch.testing.assert_close(
+        columns["reward_value/exact"], torch.tensor([1.0, nan, 0.5], dtype=torch.float64), equal_nan=True
+    )
+    torch.testing.assert_close(
+        columns["reward_value/length"], torch.tensor([nan, nan, -2.0], dtype=torch.float64), equal_nan=True
+    )
+    assert columns["reward_failed/broken"].tolist() == [1.0, 0.0, 0.0]
+    assert reward_term_columns([other_task]) == {}

@@ -218,3 +218,29 @@ def test_the_silent_current_reference_warning_spares_ewma_right_after_a_reset():
     reference.callbacks()[0].update()
     with pytest.warns(UserWarning, match="EWMAReferenceSource gives the current weights"):
         ewma._warn_if_reference_is_silently_current(current.clone(), current, gap, mask)
+
+
+def test_a_dataset_tasks_reward_functions_are_logged_each_where_they_scored():
+    torch.manual_seed(0)
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    nan = float("nan")
+    batch = {
+        **make_batch(all_version(0), [1.0, 0.0, 1.0, 1.0]),
+        "reward_value/exact_match": torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float64),
+        "reward_failed/exact_match": torch.zeros(4, dtype=torch.float64),
+        "reward_value/short": torch.tensor([0.5, nan, nan, -1.5], dtype=torch.float64),
+        "reward_failed/short": torch.tensor([0.0, 1.0, 0.0, 0.0], dtype=torch.float64),
+    }
+    logger = RecordingLogger()
+    trainer = make_trainer(1, [], logger=logger)
+    trainer.fit(module, datamodule=PlainDataModule([batch]))
+    rewards = {key: value for key, value in logger.keys_at(0).items() if key.startswith("train/rewards/")}
+    # exact_match: mean of 1, 0, 1, 1; short: mean of 0.5 and -1.5 where it scored (2 of 4), raised on 1 of 4.
+    assert rewards == {
+        "train/rewards/exact_match": 0.75,
+        "train/rewards/exact_match/scored": 1.0,
+        "train/rewards/exact_match/failed": 0.0,
+        "train/rewards/short": -0.5,
+        "train/rewards/short/scored": 0.5,
+        "train/rewards/short/failed": 0.25,
+    }

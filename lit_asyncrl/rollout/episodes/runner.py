@@ -158,7 +158,7 @@ async def _play_turns(
         await asyncio.sleep(env.latency_s)
         trajectory.reward += float(result.reward)
         trajectory.success = trajectory.success or result.success
-        trajectory.count_tool_calls(result.info)
+        trajectory.record_step_info(result.info)
         if result.terminated or result.truncated:
             return
         _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
