@@ -56,6 +56,8 @@ class DatasetEnv(Environment):
         eval_split: the held-out value of `split_key`.
         held_out_fraction: without `eval_path` or `split_key`, the share of rows held out by a hash of the prompt.
         success_reward: an answer whose reward reaches this counts as a success (`train/task_success`).
+        solution_key: a column holding a good answer to each prompt: the warm start's demonstrations
+            (None: no demonstrations; set `model.warm_start_steps=0`).
         max_turn_tokens: most tokens of an answer.
         turn_stop: the text that ends an answer (one token of the tokenizer; chat models stop at their
             end-of-turn token).
@@ -76,6 +78,7 @@ class DatasetEnv(Environment):
         eval_split: str = "test",
         held_out_fraction: float = 0.2,
         success_reward: float = 1.0,
+        solution_key: str | None = None,
         max_turn_tokens: int = 64,
         turn_stop: str = "\n",
         latency_s: float = 0.0,
@@ -90,6 +93,8 @@ class DatasetEnv(Environment):
         needed = {"env.prompt_key": prompt_key}
         if any(term.name in ("exact_match", "math_verify") for term in self.terms):
             needed["env.answer_key"] = answer_key
+        if solution_key is not None:
+            needed["env.solution_key"] = solution_key
         training = read_rows(path, "env.path")
         require_columns(training, needed | ({"env.split_key": split_key} if split_key else {}), path)
         held_out = read_rows(eval_path, "env.eval_path") if eval_path else []
@@ -109,6 +114,7 @@ class DatasetEnv(Environment):
             )
         self.held_out_fraction = held_out_fraction
         self.success_reward = success_reward
+        self.solution_key = solution_key
         self.max_turn_tokens = max_turn_tokens
         self.turn_stop = turn_stop
 
@@ -133,6 +139,14 @@ class DatasetEnv(Environment):
         # As TRL: the prompt goes as `prompts`, every other column by its name.
         columns = {name: value for name, value in row.items() if name != self.prompt_key}
         return DatasetEpisode(row[self.prompt_key], columns, self.terms, self.success_reward)
+
+    def demonstration(self, instance: int) -> list[tuple[str, str]]:
+        if self.solution_key is None:
+            raise NotImplementedError(
+                "DatasetEnv has no demonstrations without env.solution_key (a column of good answers); "
+                "name one, or set model.warm_start_steps=0"
+            )
+        return [(f"{self.rows[instance][self.solution_key]}{self.turn_stop}", "")]
 
     def close(self) -> None:
         self.verifier.close()

@@ -81,3 +81,15 @@ def test_bad_settings_are_refused_before_any_engine_naming_the_key(tmp_path, set
     path = str(write(tmp_path, ROWS, ".jsonl"))
     with pytest.raises((ValueError, FileNotFoundError), match=re.escape(message)):
         DatasetEnv(**({"path": path} | settings))
+
+
+def test_a_solution_column_gives_the_warm_starts_demonstrations(tmp_path):
+    rows = [dict(row, worked=f"{row['answer']}") for row in ROWS]
+    env = DatasetEnv(str(write(tmp_path, rows, ".jsonl")), split_key="split", solution_key="worked")
+    assert env.demonstration(5) == [("10\n", "")]
+    assert env.new_episode(5).step(env.demonstration(5)[0][0]).success  # the demonstration wins its own row
+    without = DatasetEnv(str(tmp_path / "rows.jsonl"), split_key="split")
+    with pytest.raises(NotImplementedError, match="env.solution_key"):
+        without.demonstration(5)
+    with pytest.raises(ValueError, match=re.escape("env.solution_key='steps': ")):
+        DatasetEnv(str(tmp_path / "rows.jsonl"), solution_key="steps")
