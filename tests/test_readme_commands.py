@@ -26,8 +26,19 @@ from tests.support.xdist_groups import grouped_by_imports
 README = Path(__file__).resolve().parents[1] / "README.md"
 #: The README and every page of docs/ (the findings' sweeps, the benchmarks' runs, scaling out).
 DOCUMENTS = [README, *sorted((README.parent / "docs").glob("*.md"))]
-# Placeholders in the README and what stands in for them here.
-PLACEHOLDERS = {"/path/to/local/hf/model": lambda: str(resolve_model_path(None))}
+
+
+def _problems_file(folder: Path) -> str:
+    path = folder / "problems.jsonl"
+    path.write_text("".join(f'{{"prompt": "{a}+1=", "answer": "{a + 1}"}}\n' for a in range(20)))
+    return str(path)
+
+
+# Placeholders in the README and what stands in for them here (made in the test's own folder).
+PLACEHOLDERS = {
+    "/path/to/local/hf/model": lambda folder: str(resolve_model_path(None)),
+    "problems.jsonl": _problems_file,
+}
 
 
 def readme_commands() -> list[list[str]]:
@@ -78,7 +89,7 @@ def test_the_readme_has_its_commands():
     ],
 )
 def test_every_readme_command_builds_its_run(overrides, tmp_path):
-    overrides = [_substitute(token) for token in overrides]
+    overrides = [_substitute(token, tmp_path) for token in overrides]
     cfg = compose_train(
         [
             *overrides,
@@ -93,7 +104,8 @@ def test_every_readme_command_builds_its_run(overrides, tmp_path):
     assert trainer.max_steps == cfg.trainer.max_steps
 
 
-def _substitute(token: str) -> str:
+def _substitute(token: str, folder: Path) -> str:
     for placeholder, value in PLACEHOLDERS.items():
-        token = token.replace(placeholder, value())
+        if placeholder in token:
+            token = token.replace(placeholder, value(folder))
     return token

@@ -134,14 +134,6 @@ class Trajectory:
         return sum(self.loss_mask)
 
 
-def group_normalized_advantages(rewards: list[float], eps: float = 1e-6) -> list[float]:
-    """GRPO advantages: each reward minus the group mean, over the group's standard deviation."""
-    values = torch.tensor(rewards, dtype=torch.float64)
-    centered = values - values.mean()
-    scale = values.std(unbiased=False) + eps
-    return (centered / scale).tolist()
-
-
 def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) -> dict:
     """A mixture's batch columns: each row's task as an index into `task_names` (`task_ids` [B]) and
     the names themselves, the same tuple in every batch so that every rank knows every task."""

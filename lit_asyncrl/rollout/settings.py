@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.rollout.engine.settings import EngineSettings, require_int, require_positive
+from lit_asyncrl.rollout.queue.advantages import ESTIMATORS as ADVANTAGES
 from lit_asyncrl.rollout.queue.group_filter import GroupFilter
 
 
@@ -27,6 +28,8 @@ class BatchSettings:
     mode: Literal["async", "sync"] = "async"
     #: Episodes of one instance, one advantage group (GRPO).
     group_size: int = 8
+    #: How a group's rewards become advantages: "grpo", "dr_grpo" or "rloo" (`queue/advantages.py`).
+    advantage: str = "grpo"
     #: Groups per training batch, over all training processes together.
     groups_per_batch: int = 16
     #: A group with a token more than this many versions behind the trainer is dropped as stale.
@@ -52,6 +55,10 @@ class BatchSettings:
                 f"{config_key('rollout.buffer_capacity')}={self.buffer_capacity} is smaller than one batch "
                 f"({config_key('rollout.groups_per_batch')} * {config_key('rollout.group_size')} = "
                 f"{self.groups_per_batch * self.group_size} episodes)"
+            )
+        if self.advantage not in ADVANTAGES:
+            raise ValueError(
+                f"{config_key('rollout.advantage')} must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}"
             )
         if self.mode not in ("async", "sync"):
             raise ValueError(f"{config_key('rollout.mode')} must be 'async' or 'sync', got {self.mode!r}")

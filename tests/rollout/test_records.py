@@ -1,22 +1,13 @@
 """Trajectory records, GRPO advantages and collation into [B, T] tensors."""
 
-import pytest
 import torch
 
 from lit_asyncrl.rollout.records import (
     NO_VERSION,
     Trajectory,
     collate,
-    group_normalized_advantages,
     reward_term_columns,
 )
-
-
-def test_group_normalized_advantages_by_hand():
-    # rewards 1, 0, 0, 1: mean 0.5, population std 0.5 -> +1, -1, -1, +1
-    assert group_normalized_advantages([1.0, 0.0, 0.0, 1.0]) == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
-    # equal rewards carry no signal
-    assert group_normalized_advantages([0.3, 0.3]) == [0.0, 0.0]
 
 
 def test_collate_pads_and_broadcasts_advantages_on_policy_tokens_only():

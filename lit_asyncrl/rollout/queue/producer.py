@@ -22,9 +22,10 @@ from lit_asyncrl.rollout.episodes.replay import committed_part
 from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_instance
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
+from lit_asyncrl.rollout.queue.advantages import AdvantageEstimator, GroupNormalized
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import groups_from_state, groups_to_state
-from lit_asyncrl.rollout.records import Trajectory, group_normalized_advantages
+from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.serving.instances import training_instance
 
 
@@ -49,6 +50,7 @@ class ProducerSettings:
             restarted engine's) so that ids never repeat; None = a count of its own from 0.
         admits: asked before each new group (with several engines only the least loaded starts it);
             None = always.
+        advantages: how a group's rewards become its advantages (`rollout.advantage`).
     """
 
     group_size: int
@@ -60,6 +62,7 @@ class ProducerSettings:
     env_failure_limit: float = 0.5
     env_failure_window: int = 64
     group_ids: Iterator[int] | None = None
+    advantages: AdvantageEstimator = dataclasses.field(default_factory=GroupNormalized)
     admits: Callable[[], bool] | None = None
 
 
@@ -348,7 +351,7 @@ class RolloutProducer:
             if kept:
                 if self.dedicated is not None:
                     await self._wait_for_old_logprobs(kept)
-                for trajectory, advantage in zip(kept, group_normalized_advantages([t.reward for t in kept])):
+                for trajectory, advantage in zip(kept, self.settings.advantages([t.reward for t in kept])):
                     trajectory.advantage = advantage
                 self.stats.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in kept)
                 if not self.buffer.put_group(kept, reserved=self.settings.group_size):

@@ -20,6 +20,7 @@ from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
 from lit_asyncrl.rollout.old_logits.scoring import score_unscored_on
+from lit_asyncrl.rollout.queue.advantages import ESTIMATORS as ADVANTAGES
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import in_flight_groups, next_group_id, not_settled, resumable
 from lit_asyncrl.rollout.queue.producer import ProducerSettings, RolloutProducer
@@ -234,6 +235,7 @@ class VLLMRolloutService:
             env_failure_window=self.rollout.failures.env_failure_window,
             group_ids=self._group_ids,
             admits=lambda: self.lanes.router.admits(lane),
+            advantages=ADVANTAGES[self.rollout.batch.advantage](),
         )
         producer = RolloutProducer(
             engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated

@@ -15,9 +15,10 @@ from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.formats import PlainFormat
 from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
+from lit_asyncrl.rollout.queue.advantages import GroupNormalized
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.group_filter import GroupFilter
-from lit_asyncrl.rollout.records import Trajectory, collate, group_normalized_advantages
+from lit_asyncrl.rollout.records import Trajectory, collate
 from lit_asyncrl.rollout.settings import RolloutConfig
 from tests.support.fakes import malformed_guess
 from tests.support.polling import holds_for, wait_for
@@ -27,7 +28,7 @@ from tests.support.tiny_policy import BOS, QUESTION, SEMI
 def group(group_id: int, rewards: list[float], cut_off: list[str | None] | None = None) -> list[Trajectory]:
     """A finished group: one policy token each, the rewards given, GRPO advantages."""
     trajectories = []
-    for reward, advantage, cut in zip(rewards, group_normalized_advantages(rewards), cut_off or [None] * len(rewards)):
+    for reward, advantage, cut in zip(rewards, GroupNormalized()(rewards), cut_off or [None] * len(rewards)):
         trajectory = Trajectory(group_id=group_id, reward=reward, advantage=advantage, cut_off=cut)
         trajectory.extend_context([BOS])
         trajectory.extend_policy([SEMI], [-0.5], [0])
