@@ -18,6 +18,8 @@ from lit_asyncrl.frozen_checkpoint import leave_out_frozen, restore_frozen
 from lit_asyncrl.fsdp import FSDP2Strategy, shard_policy
 from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.kill_points import kill_if_asked
+from lit_asyncrl.kl_penalty import ESTIMATORS as KL_ESTIMATORS
+from lit_asyncrl.kl_penalty import KLPenalty
 from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.losses.aggregation import global_batch_scale
 from lit_asyncrl.models import resolve_model_path
@@ -73,6 +75,8 @@ class AsyncRLModule(L.LightningModule):
         reference: where pi_ref comes from (`lit_asyncrl.reference`); None = `NoReference()`.
         lr, weight_decay: AdamW.
         entropy_coef: weight of an entropy bonus on policy tokens (guards against collapse).
+        kl_coef, kl_estimator: a KL penalty to the model as loaded (`lit_asyncrl.kl_penalty`): weight
+            (0 = none) and estimator ("k1" or "k3").
         train_last_layers: train only the last this many decoder layers and the final norm (the
             rest, embeddings and a tied head included, stay frozen); None = train everything.
             Makes a real model's step affordable on a CPU: frozen layers run forward only.
@@ -92,6 +96,8 @@ class AsyncRLModule(L.LightningModule):
         lr: float = 3e-4,
         weight_decay: float = 0.0,
         entropy_coef: float = 0.0,
+        kl_coef: float = 0.0,
+        kl_estimator: str = "k3",
         train_last_layers: int | None = None,
         fidelity: bool = False,
         fidelity_proxies: list[str] | None = None,
@@ -125,6 +131,11 @@ class AsyncRLModule(L.LightningModule):
                 "set one of them"
             )
         self.policy = load_policy(resolve_model_path(model_path))  # dropout off: a note says so
+        self.kl_penalty = (
+            KLPenalty(kl_coef, kl_estimator, resolve_model_path(model_path))
+            if kl_coef != 0 or kl_estimator not in KL_ESTIMATORS
+            else None
+        )
         if train_last_layers is not None:
             freeze_all_but_last_layers(self.policy, train_last_layers)
         if self.lora.enabled:
@@ -220,13 +231,17 @@ class AsyncRLModule(L.LightningModule):
         if self.hparams.entropy_coef:
             entropy_bonus = entropy_bonus * self._global_batch_scale(loss_mask, "token_mean")
         loss = policy_loss - entropy_bonus
+        loss_metrics = dict(out.metrics)
+        if self.kl_penalty is not None:
+            kl_loss, loss_metrics["kl_to_initial"] = self.kl_penalty.loss(self.policy, batch, logprobs)
+            loss = loss + kl_loss * self._global_batch_scale(loss_mask, "token_mean")
         self._warn_if_reference_is_silently_current(ref_logprobs, live_logprobs, version_gap, loss_mask)
         outcome = StepOutcome(
             loss=loss,
             entropy=entropy,
             version_gap=version_gap,
             ref_logprobs=ref_logprobs,
-            loss_metrics=out.metrics,
+            loss_metrics=loss_metrics,
             fidelity=fidelity,
             step_s=step_s,
         )
