@@ -42,3 +42,11 @@ NOT_CALLABLE = 3
 def answer_column_reached(completions, answer, **kwargs):
     """1.0 for every completion whose row's `answer` column arrived (by its name) as a string of digits."""
     return [1.0 if str(value).isdigit() else 0.0 for value in answer]
+
+
+def format_reward_func(completions, **kwargs):
+    """TRL's documented example for conversational prompts, copied as it is."""
+    pattern = r"^<think>.*?</think><answer>.*?</answer>$"
+    completion_contents = [completion[0]["content"] for completion in completions]
+    matches = [re.match(pattern, content) for content in completion_contents]
+    return [1.0 if match else 0.0 for match in matches]

@@ -21,15 +21,23 @@ from lit_asyncrl.envs.dataset_task.math_answers import MathVerifier
 RewardFunction = Callable[..., Any]
 
 
+def completion_text(completion: str | list[dict[str, str]]) -> str:
+    """A completion's text: the string itself, or the last message's content (a conversational prompt's)."""
+    return completion[-1]["content"] if isinstance(completion, list) else completion
+
+
 class ExactMatch:
     """1.0 when the completion, stripped, is the row's answer (its column), else 0.0."""
 
     def __init__(self, answer_key: str) -> None:
         self.answer_key = answer_key
 
-    def __call__(self, completions: list[str], **columns: Any) -> list[float]:
+    def __call__(self, completions: list[Any], **columns: Any) -> list[float]:
         answers = columns[self.answer_key]
-        return [float(str(text).strip() == str(answer).strip()) for text, answer in zip(completions, answers)]
+        return [
+            float(completion_text(completion).strip() == str(answer).strip())
+            for completion, answer in zip(completions, answers)
+        ]
 
 
 class MathAnswer:
@@ -39,9 +47,12 @@ class MathAnswer:
         self.answer_key = answer_key
         self.verifier = verifier
 
-    def __call__(self, completions: list[str], **columns: Any) -> list[float]:
+    def __call__(self, completions: list[Any], **columns: Any) -> list[float]:
         answers = columns[self.answer_key]
-        return [float(self.verifier.check(answer, text)) for text, answer in zip(completions, answers)]
+        return [
+            float(self.verifier.check(answer, completion_text(completion)))
+            for completion, answer in zip(completions, answers)
+        ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +89,7 @@ def reward_terms(
     return terms
 
 
-async def score(terms: Sequence[RewardTerm], prompt: Any, completion: str, columns: Mapping[str, Any]) -> Scores:
+async def score(terms: Sequence[RewardTerm], prompt: Any, completion: Any, columns: Mapping[str, Any]) -> Scores:
     """Every term's value for one completion of the row `columns`, and their weighted sum."""
     arguments = {name: [value] for name, value in columns.items()}
     arguments |= {"prompts": [prompt], "completions": [completion], "completion_ids": [None]}
@@ -98,7 +109,7 @@ async def score(terms: Sequence[RewardTerm], prompt: Any, completion: str, colum
     return Scores(reward, values, tuple(failed))
 
 
-def score_blocking(terms: Sequence[RewardTerm], prompt: Any, completion: str, columns: Mapping[str, Any]) -> Scores:
+def score_blocking(terms: Sequence[RewardTerm], prompt: Any, completion: Any, columns: Mapping[str, Any]) -> Scores:
     """`score` from a thread without an event loop (the task's steps run in a thread pool)."""
     return asyncio.run(score(terms, prompt, completion, columns))
 

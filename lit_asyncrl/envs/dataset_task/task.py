@@ -8,6 +8,7 @@ stable hash of the prompt (`held_out_fraction`), in that order of precedence.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -19,27 +20,39 @@ from lit_asyncrl.envs.dataset_task.math_answers import MathVerifier
 from lit_asyncrl.envs.dataset_task.rewards import RewardTerm, reward_terms, score_blocking
 from lit_asyncrl.envs.dataset_task.rows import read_rows, require_columns
 
+#: A prompt: a string (the user message) or chat messages ({"role": ..., "content": ...}) used as they are.
+Prompt = str | list[dict[str, str]]
+
 
 class DatasetEpisode:
     def __init__(
-        self, prompt: str, columns: dict[str, Any], terms: Sequence[RewardTerm], success_reward: float
+        self, prompt: Prompt, columns: dict[str, Any], terms: Sequence[RewardTerm], settings: DatasetEpisodeSettings
     ) -> None:
         self.prompt = prompt
         self.columns = columns
         self.terms = terms
-        self.success_reward = success_reward
+        self.settings = settings
 
-    def reset(self, seed: int | None = None) -> str:
-        return self.prompt
+    def reset(self, seed: int | None = None) -> Prompt:
+        return [dict(message) for message in self.prompt] if isinstance(self.prompt, list) else self.prompt
 
     def step(self, action: str) -> Transition:
-        scores = score_blocking(self.terms, self.prompt, action, self.columns)
+        text = action.removesuffix(self.settings.turn_stop)
+        # As TRL: a conversational prompt's completion is a list of messages, a text prompt's a string.
+        completion = [{"role": "assistant", "content": text}] if isinstance(self.prompt, list) else text
+        scores = score_blocking(self.terms, self.prompt, completion, self.columns)
         info = {
-            "success": scores.reward >= self.success_reward,
+            "success": scores.reward >= self.settings.success_reward,
             "rewards": scores.values,
             "reward_failures": list(scores.failed),
         }
         return Transition("", scores.reward, terminated=True, truncated=False, info=info)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetEpisodeSettings:
+    turn_stop: str
+    success_reward: float
 
 
 class DatasetEnv(Environment):
@@ -47,7 +60,8 @@ class DatasetEnv(Environment):
 
     Args:
         path: a local json, jsonl, parquet or csv file, or a folder written by `save_to_disk`.
-        prompt_key: the column holding each prompt (a string).
+        prompt_key: the column holding each prompt: a string (the user message, through the chat template
+            where the model has one) or a list of chat messages, used as they are (a chat model only).
         answer_key: the column the built-in rewards compare with.
         rewards: built-in names (`exact_match`, `math_verify`) or dotted paths to reward functions.
         reward_weights: a weight per reward function (None: 1 each).
@@ -102,9 +116,10 @@ class DatasetEnv(Environment):
             require_columns(held_out, needed, eval_path)
         self.rows = training + held_out
         for index, row in enumerate(self.rows):
-            if not isinstance(row[prompt_key], str):
+            if not _is_prompt(row[prompt_key]):
                 raise ValueError(
-                    f"env.prompt_key={prompt_key!r}: row {index} holds a {type(row[prompt_key]).__name__}, not a string"
+                    f"env.prompt_key={prompt_key!r}: row {index} holds {row[prompt_key]!r}, neither a string nor a "
+                    "list of chat messages with a role and a content each"
                 )
         self.held_out_rows = frozenset(self._held_out(len(training), split_key, eval_split, held_out_fraction))
         if not self.held_out_rows or len(self.held_out_rows) == len(self.rows):
@@ -123,7 +138,8 @@ class DatasetEnv(Environment):
             return list(range(training, len(self.rows)))
         if split_key is not None:
             return [index for index, row in enumerate(self.rows) if str(row[split_key]) == eval_split]
-        return [index for index, row in enumerate(self.rows) if _hash_share(row[self.prompt_key]) < fraction]
+        prompts = [json.dumps(row[self.prompt_key], sort_keys=True) for row in self.rows]
+        return [index for index, prompt in enumerate(prompts) if _hash_share(prompt) < fraction]
 
     def generate_instance(self, rng: random.Random) -> int:
         return rng.randrange(len(self.rows))
@@ -138,7 +154,8 @@ class DatasetEnv(Environment):
         row = self.rows[instance]
         # As TRL: the prompt goes as `prompts`, every other column by its name.
         columns = {name: value for name, value in row.items() if name != self.prompt_key}
-        return DatasetEpisode(row[self.prompt_key], columns, self.terms, self.success_reward)
+        settings = DatasetEpisodeSettings(self.turn_stop, self.success_reward)
+        return DatasetEpisode(row[self.prompt_key], columns, self.terms, settings)
 
     def demonstration(self, instance: int) -> list[tuple[str, str]]:
         if self.solution_key is None:
@@ -150,6 +167,16 @@ class DatasetEnv(Environment):
 
     def close(self) -> None:
         self.verifier.close()
+
+
+def _is_prompt(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(message, dict) and {"role", "content"} <= set(message) for message in value)
+    )
 
 
 def _hash_share(text: str) -> float:

@@ -31,7 +31,8 @@ class EpisodeFormat(abc.ABC):
     #: Token ids at which the engine ends an agent turn.
     stop_token_ids: list[int]
 
-    #: What the environment's `reset` and `step` may answer (the runner refuses anything else).
+    #: What the environment's `reset` may answer, and its `step` (the runner refuses anything else).
+    opening_types: tuple[type, ...] = (str,)
     observation_types: tuple[type, ...] = (str,)
 
     @abc.abstractmethod
@@ -157,7 +158,14 @@ class ChatTemplateFormat(EpisodeFormat):
             f"the chat template renders neither a {role!r} nor a 'user' message after an assistant message"
         )
 
-    def open(self, trajectory: Trajectory, first_observation: str) -> None:
+    #: A list: the opening's chat messages as they are (a dataset's conversational prompt).
+    opening_types = (str, list)
+
+    def open(self, trajectory: Trajectory, first_observation: str | list[dict]) -> None:
+        if isinstance(first_observation, list):
+            rendered = self._render(first_observation, True)
+            trajectory.extend_context(self._encode(rendered, "reset"))
+            return
         before, after = self._opening
         trajectory.extend_context(self._encode(before + first_observation + after, "reset"))
 

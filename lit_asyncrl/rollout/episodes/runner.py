@@ -134,7 +134,7 @@ async def _play_turns(
 ) -> None:
     first_observation = await _env_call(settings.call_env, env, episode.reset, settings.seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
-    _add_observation(episode_format, episode_format.open, trajectory, first_observation, env)
+    _add_observation(episode_format.open, episode_format.opening_types, trajectory, first_observation, env)
     trajectory.committed = len(trajectory.token_ids)
     if replay is not None:
         replay.check(trajectory)
@@ -161,7 +161,8 @@ async def _play_turns(
         trajectory.record_step_info(result.info)
         if result.terminated or result.truncated:
             return
-        _add_observation(episode_format, episode_format.add_observation, trajectory, result.observation, env)
+        add = episode_format.add_observation
+        _add_observation(add, episode_format.observation_types, trajectory, result.observation, env)
         trajectory.committed = len(trajectory.token_ids)
         if replay is not None:
             replay.check(trajectory)
@@ -200,10 +201,11 @@ async def _take_turn(
 
 
 def _add_observation(
-    episode_format: EpisodeFormat, add: Any, trajectory: Trajectory, observation: Any, env: Environment
+    add: Any, allowed: tuple[type, ...], trajectory: Trajectory, observation: Any, env: Environment
 ) -> None:
-    if not isinstance(observation, episode_format.observation_types):
-        expected = " or ".join(kind.__name__ for kind in episode_format.observation_types)
+    """`add` (the format's `open` or `add_observation`) an answer of the environment of a type in `allowed`."""
+    if not isinstance(observation, allowed):
+        expected = " or ".join(kind.__name__ for kind in allowed)
         raise EnvironmentFailure(
             "env_malformed", f"{type(env).__name__}: observations must be {expected}, got {observation!r}"
         )

@@ -114,6 +114,7 @@ def hermes_calls(turn: AssistantTurn) -> str:
 class ChatToolFormat(ChatTemplateFormat):
     """Tool calls through the model's chat template (see the module's docstring)."""
 
+    opening_types = (ToolOpening, list)
     observation_types = (ToolOpening, list)
 
     def __init__(self, tokenizer: Any, env: ToolEnv) -> None:
@@ -199,6 +200,7 @@ class ChatToolFormat(ChatTemplateFormat):
 class CompactToolFormat(PlainFormat):
     """Tool calls for plain-text policies (see the module's docstring)."""
 
+    opening_types = (ToolOpening, list)
     observation_types = (ToolOpening, list)
 
     def __init__(self, tokenizer: Any, env: ToolEnv) -> None:

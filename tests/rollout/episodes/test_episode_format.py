@@ -6,11 +6,12 @@ and a ChatML template, so every expected token list below is written out by hand
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
-from lit_asyncrl.envs import GuessNumberEnv, ServiceDeskEnv
+from lit_asyncrl.envs import DatasetEnv, GuessNumberEnv, ServiceDeskEnv
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat, PlainFormat
@@ -160,3 +161,36 @@ def test_pad_falls_back_to_eos(chat):
     chat_without_pad = chat_tokenizer()
     chat_without_pad.pad_token = None
     assert pad_token_id(chat_without_pad) == chat_without_pad.eos_token_id
+
+
+def test_a_datasets_chat_messages_open_the_episode_as_the_template_renders_them(chat, tmp_path):
+    messages = [{"role": "system", "content": "Answer in tags."}, {"role": "user", "content": "2+2?"}]
+    (tmp_path / "rows.jsonl").write_text(
+        json.dumps({"prompt": messages, "answer": "4", "split": "train"})
+        + "\n"
+        + json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2", "split": "test"})
+        + "\n"
+    )
+    rewards = ["exact_match", "tests.support.reward_functions.format_reward_func"]
+    env = DatasetEnv(str(tmp_path / "rows.jsonl"), split_key="split", rewards=rewards)
+    engine = scripted_engine(chat, ["<think>2+2</think><answer>4</answer><|im_end|>"])
+    trajectory = play(engine, env, episode_format_for(chat, env), 0)
+    env.close()
+    rendered = chat.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert engine.requests[0]["prompt"] == ids(chat, rendered)
+    # The completion reaches the functions as TRL's conversational one: a list with the assistant message.
+    # exact_match reads its content (not "4": 0.0); TRL's format function matches the tags (1.0).
+    assert trajectory.reward == 1.0 and trajectory.success  # the reward reaches env.success_reward (1.0)
+    assert trajectory.reward_terms == {"exact_match": 0.0, "tests.support.reward_functions.format_reward_func": 1.0}
+
+
+def test_a_model_without_a_chat_template_refuses_chat_messages_naming_the_task(tokenizer, tmp_path):
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"prompt": [{"role": "user", "content": f"{a}?"}], "answer": "x"}) + "\n" for a in range(30))
+    )
+    env = DatasetEnv(str(tmp_path / "rows.jsonl"))
+    engine = scripted_engine(tokenizer, ["x\n"])
+    trajectory = play(engine, env, episode_format_for(tokenizer, env), 0)
+    env.close()
+    assert trajectory.env_failure == "env_malformed"  # dropped with its counted reason
+    assert trajectory.env_failure_message.startswith("DatasetEnv: observations must be str, got [{'role': 'user'")
