@@ -38,6 +38,7 @@ def _problems_file(folder: Path) -> str:
 PLACEHOLDERS = {
     "/path/to/local/hf/model": lambda folder: str(resolve_model_path(None)),
     "problems.jsonl": _problems_file,
+    "my_rewards.format_reward": lambda folder: "tests.support.reward_functions.format_reward_func",
 }
 
 
