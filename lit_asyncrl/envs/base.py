@@ -22,7 +22,7 @@ import asyncio
 import hashlib
 import inspect
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from lit_asyncrl.envs.resources import EngineMaker
@@ -146,6 +146,15 @@ class Environment(abc.ABC):
         """Whether `instance` belongs to the evaluation split (stable across runs and processes)."""
         digest = hashlib.sha256(self.instance_key(instance).encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64 < self.held_out_fraction
+
+    def training_instances(self) -> Sequence[Any] | None:
+        """Every training instance, for a task that has a fixed list of them (a dataset's rows); None
+        (the default) for a task whose instances are drawn by `generate_instance`.
+
+        A run plays a listed task in epochs: each a pass over the list in an order shuffled by the
+        run's seed, continued where it was by a resumed run (`lit_asyncrl.rollout.serving.epochs`).
+        """
+        return None
 
     def demonstration(self, instance: Any) -> list[tuple[str, str]]:
         """A scripted good play as (agent action, environment observation) pairs, for warm starts."""

@@ -2,8 +2,9 @@
 
 One row is one task instance and one single-turn episode: the prompt is shown, the policy answers,
 the reward functions (`rewards.py`) score the answer. The samples of one prompt form its advantage
-group. Held-out rows come from a second file (`eval_path`), from a column (`split_key`), or from a
-stable hash of the prompt (`held_out_fraction`), in that order of precedence.
+group. Training plays the rows in epochs, each in an order shuffled by the run's seed. Held-out rows
+come from a second file (`eval_path`), from a column (`split_key`), or from a stable hash of the
+prompt (`held_out_fraction`), in that order of precedence.
 """
 
 from __future__ import annotations
@@ -143,6 +144,9 @@ class DatasetEnv(Environment):
 
     def generate_instance(self, rng: random.Random) -> int:
         return rng.randrange(len(self.rows))
+
+    def training_instances(self) -> list[int]:
+        return [index for index in range(len(self.rows)) if index not in self.held_out_rows]
 
     def is_held_out(self, instance: int) -> bool:
         return instance in self.held_out_rows

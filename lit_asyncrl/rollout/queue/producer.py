@@ -26,7 +26,7 @@ from lit_asyncrl.rollout.queue.advantages import AdvantageEstimator, GroupNormal
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import groups_from_state, groups_to_state
 from lit_asyncrl.rollout.records import Trajectory
-from lit_asyncrl.rollout.serving.instances import training_instance
+from lit_asyncrl.rollout.serving.instances import TrainingDraws, training_instance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +51,8 @@ class ProducerSettings:
         admits: asked before each new group (with several engines only the least loaded starts it);
             None = always.
         advantages: how a group's rewards become its advantages (`rollout.advantage`).
+        draws: where training instances come from, shared by the producers of several engines (a
+            dataset's epochs); None = `generate_instance` with this producer's own random generator.
     """
 
     group_size: int
@@ -64,6 +66,7 @@ class ProducerSettings:
     group_ids: Iterator[int] | None = None
     advantages: AdvantageEstimator = dataclasses.field(default_factory=GroupNormalized)
     admits: Callable[[], bool] | None = None
+    draws: TrainingDraws | None = None
 
 
 @dataclasses.dataclass
@@ -303,7 +306,10 @@ class RolloutProducer:
         (its finished episodes kept as they were, the others replayed and continued)."""
         if resumed is None:
             group_id = next(self.group_ids)
-            instance = training_instance(self.env, self.rng, self.buffer.counts())
+            if self.settings.draws is not None:
+                instance = self.settings.draws.draw(self.rng, self.buffer.counts())
+            else:
+                instance = training_instance(self.env, self.rng, self.buffer.counts())
             seeds = [self.rng.getrandbits(31) for _ in range(self.settings.group_size)]
             recorded = [None] * self.settings.group_size
         else:

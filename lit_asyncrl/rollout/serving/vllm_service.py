@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, Sco
 from lit_asyncrl.rollout.serving.distributed import RankZeroRollouts, check_batch_splits
 from lit_asyncrl.rollout.serving.frozen_engines import start_frozen_engine
 from lit_asyncrl.rollout.serving.held_out import HeldOutEvaluator
+from lit_asyncrl.rollout.serving.instances import TrainingDraws
 from lit_asyncrl.rollout.serving.lanes import EngineLanes, lane_share
 from lit_asyncrl.rollout.serving.placement import placement_factories
 from lit_asyncrl.rollout.serving.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
@@ -110,6 +112,11 @@ class VLLMRolloutService:
         )
         self.lanes = EngineLanes(rollout.scale_out.num_engines, self._new_engine)
         self._group_ids = itertools.count()
+        #: Training instances, shared by the lanes' producers: a dataset's rows in epochs, from `seed`.
+        self.training_draws = TrainingDraws(env, seed)
+        # Set while a checkpoint reads what is in flight: no group starts, so none has drawn its
+        # instance (moved an epoch's position) without being in the checkpoint.
+        self._reading_checkpoint = threading.Event()
         self._resumed: list[dict] = []  # groups in flight at the checkpoint a resume started from
         self.dedicated: DedicatedWorker | None = None
         self._use_dedicated = False
@@ -131,14 +138,23 @@ class VLLMRolloutService:
         return RankZeroRollouts(self, rank=rank, world_size=world_size)
 
     def state_dict(self) -> dict:
-        # Groups in flight first: one may be filed before the buffer is read (the trainer takes none meanwhile).
-        in_flight = (
-            in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed
-            if self.checkpoint_pending
-            else []
-        )
+        self._reading_checkpoint.set()
+        try:
+            # Groups in flight first: one may be filed before the buffer is read (the trainer takes none meanwhile).
+            in_flight = (
+                in_flight_groups(self.lanes.engines, self.lanes.producers) + self._resumed
+                if self.checkpoint_pending
+                else []
+            )
+            draws = self.training_draws.state_dict()
+        finally:
+            self._reading_checkpoint.clear()
         accounting = self.buffer.state_dict(keep_pending=self.checkpoint_pending)
-        return {"accounting": accounting, "in_flight": not_settled(in_flight, self.buffer.settled_groups())}
+        return {
+            "accounting": accounting,
+            "in_flight": not_settled(in_flight, self.buffer.settled_groups()),
+            "training_draws": draws,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         restored = self.buffer.load_state_dict(state["accounting"], keep_pending=self.checkpoint_pending)
@@ -148,6 +164,7 @@ class VLLMRolloutService:
         )
         self.buffer.resumed([group["group_id"] for group in self._resumed])
         self._group_ids = itertools.count(next_group_id(restored, self._resumed))  # a batch tells groups apart by id
+        self.training_draws.load_state_dict(state.get("training_draws", {}))
 
     @property
     def engine(self) -> Engine | None:
@@ -234,8 +251,9 @@ class VLLMRolloutService:
             env_failure_limit=self.rollout.failures.env_failure_limit,
             env_failure_window=self.rollout.failures.env_failure_window,
             group_ids=self._group_ids,
-            admits=lambda: self.lanes.router.admits(lane),
+            admits=lambda: not self._reading_checkpoint.is_set() and self.lanes.router.admits(lane),
             advantages=ADVANTAGES[self.rollout.batch.advantage](),
+            draws=self.training_draws,
         )
         producer = RolloutProducer(
             engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated
@@ -401,6 +419,7 @@ class VLLMRolloutService:
 
     # -- statistics -------------------------------------------------------------------------
     def stats(self) -> dict[str, float]:
-        return rollout_stats(
+        stats = rollout_stats(
             self.buffer, self.lanes.producers, self.lanes.engines, self.engine_restarts, self.dedicated
         )
+        return stats | self.training_draws.stats()

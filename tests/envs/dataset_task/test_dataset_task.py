@@ -7,7 +7,7 @@ import re
 import pytest
 
 from lit_asyncrl.envs.dataset_task.task import DatasetEnv
-from lit_asyncrl.rollout.serving.instances import held_out_instances, training_instance
+from lit_asyncrl.rollout.serving.instances import TrainingDraws, held_out_instances
 
 ROWS = [{"prompt": f"{a}+{a}=", "answer": str(2 * a), "split": "test" if a % 4 == 0 else "train"} for a in range(12)]
 
@@ -44,10 +44,13 @@ def test_each_format_gives_the_same_rows_and_an_episode_scores_its_answer(tmp_pa
     env.close()
 
 
-def test_training_draws_never_hold_a_held_out_row_and_the_held_out_set_is_all_of_them(tmp_path):
+def test_training_rows_come_in_epochs_and_the_held_out_set_is_all_of_the_others(tmp_path):
     env = DatasetEnv(str(write(tmp_path, ROWS, ".jsonl")), split_key="split")
+    assert env.training_instances() == [1, 2, 3, 5, 6, 7, 9, 10, 11]
+    draws = TrainingDraws(env, seed=0)
     rng = random.Random(0)
-    assert {training_instance(env, rng) for _ in range(500)} == set(range(12)) - {0, 4, 8}
+    epochs = [[draws.draw(rng, {}) for _ in range(9)] for _ in range(3)]
+    assert all(sorted(epoch) == env.training_instances() for epoch in epochs)
     assert sorted(held_out_instances(env, 64)) == [0, 4, 8]
 
 

@@ -28,6 +28,7 @@ def test_the_checkpoint_holds_the_services_accounting():
                 "pending_groups": [],
             },
             "in_flight": [],  # nothing generating: the service is not started
+            "training_draws": {},  # the guessing game draws its instances: no epochs
         }
     }
     resumed = RolloutDataModule(**SMALL)
