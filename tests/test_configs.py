@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from lit_asyncrl.cli import AsyncRLCLI
 from lit_asyncrl.cli_configs import hydra_runs, render
 from lit_asyncrl.datamodule import RolloutDataModule
+from lit_asyncrl.examples import word_problems
 from lit_asyncrl.losses import available_losses, loss_class
 from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
@@ -23,6 +24,18 @@ from tests.support.xdist_groups import grouped_by_imports
 
 EXPERIMENTS = sorted(path.stem for path in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
 LOSSES = sorted(path.stem for path in (Path(CONFIG_DIR) / "loss").glob("*.yaml"))
+
+
+def _word_problems(folder: Path) -> list[str]:
+    """The file `experiment=smollm2_dataset` reads, written by its example script into `folder`."""
+    path = folder / "word_problems.jsonl"
+    word_problems.main([str(path)])
+    return [f"env.path={path}"]
+
+
+#: The data an experiment reads from a file the user writes first, made here.
+EXPERIMENT_DATA = {"smollm2_dataset": _word_problems}
+
 #: Written by hand from the paper's Table 1 and docs/method.md (section 6), not read from the code.
 EXACT_REFERENCES = {"snapshot", "interrupt_sync", "dedicated"}
 
@@ -44,6 +57,7 @@ def test_experiment_instantiates(experiment, tmp_path):
             f"trainer.default_root_dir={tmp_path}",
             f"trainer.logger.save_dir={tmp_path}",
             "checkpoint_every=7",
+            *EXPERIMENT_DATA.get(experiment, lambda folder: [])(tmp_path),
         ]
     )
     module, datamodule, _, trainer = build(cfg)
@@ -57,6 +71,7 @@ def test_experiment_instantiates(experiment, tmp_path):
             "service_desk_user": 300,
             "service_desk_llm_user": 20,
             "smollm2_arithmetic": 12,
+            "smollm2_dataset": 30,
             "smollm2_lora": 12,
             "smollm2_desk_tools": 6,
             "task_mix": 300,

@@ -8,6 +8,7 @@ own alarms and a margin counts as wrong, and the worker is replaced.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import threading
 from multiprocessing.connection import Connection
@@ -27,6 +28,9 @@ def verify_answer(gold: str, completion: str) -> bool:
 
 def _serve(connection: Connection) -> None:
     """The worker: answers each (gold, completion) with a bool until its parent closes the pipe."""
+    # math-verify 0.3.3 asks latex2sympy2_extended for `equations=True`, which newer versions of that
+    # package warn about at every answer: a line per check on the run's console, about nothing the user can change.
+    logging.getLogger("latex2sympy2_extended").setLevel(logging.ERROR)
     while True:
         try:
             gold, completion = connection.recv()
