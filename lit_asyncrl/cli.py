@@ -1,5 +1,6 @@
-"""Lightning CLI entry: `lit-asyncrl fit --config conf/cli/default.yaml`, plus `lit-asyncrl bounds`
-and `lit-asyncrl report RUN_DIRS... --out DIR` (figures and a table over a sweep's runs).
+"""Lightning CLI entry: `lit-asyncrl fit --config conf/cli/default.yaml`, plus `lit-asyncrl bounds`,
+`lit-asyncrl report RUN_DIRS... --out DIR` (figures and a table over a sweep's runs) and
+`lit-asyncrl export CKPT --out DIR` (the trained policy as a folder vLLM, transformers and peft load).
 
 `model.loss` and `model.reference` are typed (`class_path` + `init_args`, checked by jsonargparse);
 `warm_start` is the supervised phase that runs before the fit (skipped with `--ckpt_path`).
@@ -93,6 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         from lit_asyncrl.report.main import main as report_main
 
         raise SystemExit(report_main(argv[1:]))
+    if argv[:1] == ["export"]:
+        from lit_asyncrl.export.main import main as export_main
+
+        raise SystemExit(export_main(argv[1:]))
     # Lightning closes the rollout service on teardown and on any exception (the datamodule's
     # on_exception); SIGTERM is turned into such an exception.
     quiet_known_warnings()
