@@ -1,6 +1,7 @@
 """Hydra entry: `python -m lit_asyncrl.train [experiment=NAME] [key=value ...] [-m]`.
 
-`stage=validate ckpt_path=PATH` evaluates a checkpoint on the held-out instances instead of training.
+`stage=validate ckpt_path=PATH` evaluates a checkpoint on the held-out instances instead of training;
+`stage=validate model=hf model.path=DIR` evaluates a model folder (one `lit-asyncrl export` wrote, say).
 
 The config (conf/train.yaml) instantiates the same classes the Lightning CLI does, with the same
 argument names. Each run logs `metrics.csv` and `training_curves.png` into its Hydra run directory.
@@ -14,6 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from lit_asyncrl.config_dir import config_dir
+from lit_asyncrl.model_path import NAMED_MODELS
 from lit_asyncrl.sweep_dirs import register_resolver
 
 register_resolver()  # conf/train.yaml names sweep jobs' folders with it
@@ -73,8 +75,13 @@ def build(cfg: DictConfig) -> tuple:
     stage = cfg.get("stage", "fit")
     if stage not in ("fit", "validate"):
         raise ValueError(f"stage must be 'fit' or 'validate', got {stage!r}")
-    if stage == "validate" and cfg.get("ckpt_path") is None:
-        raise ValueError("stage=validate evaluates a checkpoint: set ckpt_path=<run dir>/checkpoints/last.ckpt")
+    # Without a checkpoint, validation evaluates a model folder of the user's as it is (an exported
+    # run, say); a built-in model alone is what a forgotten ckpt_path would evaluate instead.
+    if stage == "validate" and cfg.get("ckpt_path") is None and cfg.model.get("path") in NAMED_MODELS:
+        raise ValueError(
+            "stage=validate evaluates a checkpoint or a model folder: set ckpt_path=<run dir>/checkpoints/last.ckpt, "
+            "or model.path=<a folder written by lit-asyncrl export>"
+        )
 
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")

@@ -10,6 +10,7 @@ import pytest
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.envs import GuessNumberEnv
 from lit_asyncrl.losses import DecoupledPPO
+from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.settings import RolloutConfig
 
@@ -244,12 +245,16 @@ def _causes(error: BaseException):
         yield error
 
 
-def test_stage_validate_without_a_checkpoint_is_refused_before_anything_is_built(tmp_path):
+def test_stage_validate_without_a_checkpoint_or_a_folder_is_refused_before_anything_is_built(tmp_path):
     from lit_asyncrl.train import build
     from tests.support.configs import compose_train
 
-    with pytest.raises(ValueError, match="stage=validate evaluates a checkpoint: set ckpt_path"):
+    with pytest.raises(ValueError, match=r"stage=validate evaluates a checkpoint or a model folder: set ckpt_path"):
         build(compose_train(["stage=validate", f"hydra.run.dir={tmp_path}"]))
+    # A model folder of the user's is evaluated as it is.
+    folder = ["model=hf", f"model.path={resolve_model_path(None)}", f"trainer.logger.save_dir={tmp_path}"]
+    module, *_ = build(compose_train(["stage=validate", *folder, f"hydra.run.dir={tmp_path}"]))
+    assert module.hparams.model_path == str(resolve_model_path(None))
 
 
 @pytest.mark.parametrize(

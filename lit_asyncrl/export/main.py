@@ -22,9 +22,7 @@ from pathlib import Path
 from lit_asyncrl.export.checkpoint import RunCheckpoint, read_checkpoint, restored_policy
 from lit_asyncrl.export.folders import copy_base, with_weights, write_adapter, write_model
 from lit_asyncrl.export.model_card import model_card
-
-#: `model.path` values whose folder this library builds into its cache (not a folder of the user's).
-BUILT_IN_MODELS = (None, "", "tiny", "smollm2_135m")
+from lit_asyncrl.model_path import NAMED_MODELS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -88,7 +86,7 @@ def export(checkpoint: RunCheckpoint, out: Path, merge: bool, average: dict | No
     else:
         kind = "adapter"
         out.mkdir(parents=True, exist_ok=True)
-        base_model = str(copy_base(Path(model), out).resolve()) if model_path in BUILT_IN_MODELS else str(model)
+        base_model = str(copy_base(Path(model), out).resolve()) if model_path in NAMED_MODELS else str(model)
         write_adapter(policy, tokenizer, base_model, out)
     if average is not None:
         kind += " (the PPO-EWMA average)"

@@ -18,6 +18,8 @@ All statistics come back to the host in one transfer.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -41,6 +43,8 @@ def _summarise(stats: dict[str, float]) -> dict[str, float]:
             "ratio_min": 1.0, "ratio_mean": 1.0, "ratio_max": 1.0, "policy_tokens": 0.0,
         }  # fmt: skip
     # r = 1 + e with e = expm1(log r): sums of e keep the precision that sums of r near 1 would lose.
+    # Far below 1 they lose sum r^2 instead: with every r ~ 0, n + 2 sum e + sum e^2 cancels to 0 (or
+    # below), and the ESS is unknown from these sums (NaN, logged as such), not a division by zero.
     ratio_sum = tokens + stats["excess"]
     ratio_sq_sum = tokens + 2.0 * stats["excess"] + stats["excess_sq"]
     return {
@@ -48,7 +52,7 @@ def _summarise(stats: dict[str, float]) -> dict[str, float]:
         "ppo_clip_ratio": stats["clipped"] / tokens,
         "kl_k1": -stats["log_ratio"] / tokens,
         "kl_k3": stats["k3"] / tokens,
-        "ess": ratio_sum**2 / (tokens * ratio_sq_sum),
+        "ess": ratio_sum**2 / (tokens * ratio_sq_sum) if ratio_sq_sum > 0 else math.nan,
         "ratio_min": stats["ratio_min"],
         "ratio_mean": ratio_sum / tokens,
         "ratio_max": stats["ratio_max"],

@@ -12,13 +12,11 @@ from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.cli import main as cli_main
 from lit_asyncrl.export.main import main as export_main
-from lit_asyncrl.losses import PPOClip
 from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.reference.ewma import EWMAReferenceSource
 from lit_asyncrl.scoring import token_logprobs
-from tests.support.batches import all_version, make_batch
-from tests.support.lightning import PlainDataModule, make_trainer
+from tests.support.fitted_checkpoints import fitted_checkpoint
 
 #: A fixed prompt of the tiny policy's vocabulary and a continuation, scored token by token.
 IDS = torch.tensor([[1, 17, 42, 5, 9, 23, 11, 30, 8, 14]])
@@ -27,18 +25,6 @@ IDS = torch.tensor([[1, 17, 42, 5, 9, 23, 11, 30, 8, 14]])
 def logprobs(policy: torch.nn.Module) -> torch.Tensor:
     with torch.no_grad():
         return token_logprobs(policy.eval(), IDS, torch.ones_like(IDS), 1.0)[0, 1:]
-
-
-def fitted_checkpoint(folder, **module_args):
-    """A checkpoint after 2 optimizer steps at a large learning rate (the weights move visibly)."""
-    torch.manual_seed(0)
-    module = AsyncRLModule(loss=PPOClip(), lr=1e-2, **module_args)
-    batches = [make_batch(all_version(0), [1.0, 0.0, 0.0, 0.0]), make_batch(all_version(1), [1.0, 1.0, 0.0, 0.0])]
-    trainer = make_trainer(2, [])
-    trainer.fit(module, datamodule=PlainDataModule(batches))
-    path = folder / "run" / "checkpoints" / "last.ckpt"
-    trainer.save_checkpoint(path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lit_asyncrl.rollout.processes.temp_dirs import ray_root
+from tests.support.exports import assert_exported_equal, exported_tensors
 from tests.support.runs import REPO, SMALL_RUN, STALE_RUN, read_all_rows, run_hydra
 
 pytestmark = pytest.mark.engine
@@ -90,6 +91,11 @@ def test_two_ddp_processes_on_a_ray_engine_train_a_task_mixture_each_group_once(
         assert torch.equal(tensor, ranks[1]["ewma_average"][name]), name
     # ... and it is an average, not a copy of the live weights (the test would be empty otherwise).
     assert any(not torch.equal(tensor, ranks[0]["live"][name]) for name, tensor in ranks[0]["ewma_average"].items())
+    # The run's last checkpoint exports rank 0's policy at its end, and its EWMA average, bit for bit.
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert_exported_equal(exported_tensors(last, tmp_path / "exported"), ranks[0]["live"])
+    averaged = exported_tensors(last, tmp_path / "exported_ewma", "--weights", "ewma")
+    assert_exported_equal(averaged, {name.removeprefix("policy."): t for name, t in ranks[0]["ewma_average"].items()})
     rows = read_all_rows(tmp_path / "run" / "metrics.csv")
     train_rows = [row for row in rows if "rollout/produced" in row]
     assert len(train_rows) == STEPS
@@ -218,6 +224,9 @@ def test_two_fsdp2_processes_shard_the_policy_and_push_exact_weights_to_two_engi
     # Both ranks gather one model, equal to the last bit.
     for name, tensor in ranks[0]["live"].items():
         assert torch.equal(tensor, ranks[1]["live"][name]), name
+    # The run's last checkpoint (one full file) exports that model, bit for bit.
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert_exported_equal(exported_tensors(last, tmp_path / "exported"), ranks[0]["live"])
     rows = read_all_rows(tmp_path / "run" / "metrics.csv")
     for row in (row for row in rows if "rollout/produced" in row):
         assert_accounting_holds(row)

@@ -55,3 +55,12 @@ def test_no_bucket_keys_without_version_gap():
 def test_ppo_clip_ratio_counts_clipped_tokens():
     out, _ = run("ppo_clip", inputs_from_ratios([2.0, 0.5, 1.0], [1.0, -1.0, 1.0]), clip_bounds=(0.8, 1.2))
     assert out.metrics["ppo_clip_ratio"] == pytest.approx(2 / 3)
+
+
+def test_ratios_far_below_one_leave_the_ess_unknown_not_a_division_by_zero():
+    # r = e^-30 on every token, cut to e^-20 (the log-ratio limit): the sums of e = r - 1 then give
+    # n + 2 sum e + sum e^2 = 3 - 6 + 3 = 0 for sum r^2 (to within rounding), so the ESS is unknown.
+    out, _ = run("ppo_clip", inputs_from_ratios([math.exp(-30)] * 3, [0.0] * 3), clip_bounds=(0.8, 1.2))
+    assert math.isnan(out.metrics["ess"])
+    assert out.metrics["ratio_max"] == pytest.approx(math.exp(-20), rel=1e-6)
+    assert out.metrics["kl_k1"] == pytest.approx(20.0, rel=1e-6)
