@@ -21,6 +21,13 @@ from lit_asyncrl.module import AsyncRLModule
 from lit_asyncrl.rollout.settings import cli_paths
 from lit_asyncrl.warm_start import WarmStart
 
+#: The commands `main` answers before Lightning's parser, named in `lit-asyncrl --help`.
+OTHER_COMMANDS = (
+    "Other commands: lit-asyncrl bounds (Proposition 1's effective bounds), "
+    "lit-asyncrl report RUN_DIRS... --out DIR (a table and figures over runs), "
+    "lit-asyncrl export CKPT --out DIR (the trained policy as a Hugging Face folder); each takes --help."
+)
+
 
 class AsyncRLCLI(LightningCLI):
     """The module and the engine serve the same model: `model.model_path` feeds `data.model_path`.
@@ -104,7 +111,13 @@ def main(argv: list[str] | None = None) -> None:
     with sigterm_raises():
         # `args=None` reads the command line itself: handing it `sys.argv` again makes Lightning warn
         # that it was given both.
-        AsyncRLCLI(AsyncRLModule, RolloutDataModule, args=given, save_config_kwargs={"overwrite": True})
+        AsyncRLCLI(
+            AsyncRLModule,
+            RolloutDataModule,
+            args=given,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"epilog": OTHER_COMMANDS},
+        )
 
 
 if __name__ == "__main__":

@@ -128,8 +128,14 @@ def test_refusals_come_before_any_work_naming_what_is_wrong(tmp_path, checkpoint
     assert (busy / "mine.txt").read_text() == "keep" and (busy / "model.safetensors").is_file()
 
 
-def test_the_command_is_a_subcommand_of_lit_asyncrl(capsys):
+def test_the_command_is_a_subcommand_of_lit_asyncrl_named_in_its_help(capsys):
     with pytest.raises(SystemExit) as exited:
         cli_main(["export", "--help"])
     assert exited.value.code == 0
     assert "--merge" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["--help"])
+    assert exited.value.code == 0
+    assert "export CKPT --out DIR (the trained policy as a Hugging Face folder)" in " ".join(
+        capsys.readouterr().out.split()
+    )

@@ -50,6 +50,17 @@ def ray_processes() -> list[str]:
 RAY = ["rollout.placement=ray", "rollout.ray_cpus_per_engine=0.5"]
 
 
+def probe_and_final_checkpoint(tmp_path) -> str:
+    """The trainer's callbacks for a run the test reads: the rank probe, and the final checkpoint
+    (`run/checkpoints/last.ckpt`, as the default config writes it) that the test exports."""
+    probe = f"{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}"
+    final = (
+        f"{{_target_:lightning.pytorch.callbacks.ModelCheckpoint,dirpath:'{tmp_path}/run/checkpoints',"
+        "filename:last,enable_version_counter:false,save_on_train_epoch_end:true}"
+    )
+    return f"trainer.callbacks=[{probe},{final}]"
+
+
 @one_ray_test_at_a_time
 def test_two_ddp_processes_on_a_ray_engine_train_a_task_mixture_each_group_once(tmp_path):
     # One run for what DDP promises (whole groups, each trained once across the ranks, one
@@ -59,7 +70,7 @@ def test_two_ddp_processes_on_a_ray_engine_train_a_task_mixture_each_group_once(
     # One engine actor serves both ranks (each actor imports vLLM twice, as it spawns its engine
     # core); two engines under DDP run in the FSDP2 and exact-routes tests below.
     pytest.importorskip("ray")
-    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
+    probe = probe_and_final_checkpoint(tmp_path)
     run_hydra(
         [
             *RAY,
@@ -196,7 +207,7 @@ def test_two_fsdp2_processes_shard_the_policy_and_push_exact_weights_to_two_engi
     every token is sampled by the weights being trained, so async recompute's pi_ref (a forward of
     the sharded policy) equals the fp32 engines' mu only if every pushed tensor arrived whole and
     exact; the entropy term moves the weights every step."""
-    probe = f"trainer.callbacks=[{{_target_:tests.integration.ddp_probe.RankProbe,out_dir:'{tmp_path}/probe'}}]"
+    probe = probe_and_final_checkpoint(tmp_path)
     run_hydra(
         [
             *SMALL_RUN,
