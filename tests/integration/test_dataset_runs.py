@@ -40,18 +40,25 @@ def sums_file(folder):
     return path
 
 
+def dataset_run(data) -> list[str]:
+    """A small Hydra run on the dataset file `data`: 4-token answers, the `split` column, every answer rewarded."""
+    return [
+        *SMALL_RUN,
+        "model.warm_start_steps=0",
+        "env=dataset",
+        f"env.path={data}",
+        "env.split_key=split",
+        "env.max_turn_tokens=4",
+        f"env.rewards=[{REWARD}]",
+    ]
+
+
 def test_a_dataset_file_trains_through_hydra_and_the_lightning_cli(tmp_path):
     data = sums_file(tmp_path)
     hydra_dir = tmp_path / "hydra"
     run_hydra(
         [
-            *SMALL_RUN,
-            "model.warm_start_steps=0",
-            "env=dataset",
-            f"env.path={data}",
-            "env.split_key=split",
-            "env.max_turn_tokens=4",
-            f"env.rewards=[{REWARD}]",
+            *dataset_run(data),
             "trainer.max_steps=3",
             f"hydra.run.dir={hydra_dir}",
         ]
@@ -100,13 +107,7 @@ def test_a_run_killed_and_resumed_deals_every_prompt_once_per_epoch(tmp_path):
     data = sums_file(tmp_path)  # 40 training prompts (b != 3)
     training = [f"{a}+{b}=" for a in range(10) for b in range(5) if b != 3]
     run = [
-        *SMALL_RUN,
-        "model.warm_start_steps=0",
-        "env=dataset",
-        f"env.path={data}",
-        "env.split_key=split",
-        "env.max_turn_tokens=4",
-        f"env.rewards=[{REWARD}]",
+        *dataset_run(data),
         # Every answer waits 0.1 s, so a checkpoint finds groups both pending and in flight.
         "env.latency_s=0.1",
         "rollout.groups_per_batch=8",
