@@ -25,6 +25,7 @@ import pytest
 
 from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
 from tests.support.leftovers import left_behind, listing, start_session_temp_dir
+from tests.support.libyaml_configs import parse_configs_with_libyaml
 
 # The tiny policy's `model_path` and `tokenizer` fixtures, for every test folder.
 pytest_plugins = ["tests.support.tiny_policy"]
@@ -32,6 +33,8 @@ pytest_plugins = ["tests.support.tiny_policy"]
 # Test modules import lightning before lit_asyncrl, and importing lightning makes torch's compile
 # cache dir (in /tmp unless told otherwise); lit_asyncrl's entry points set this themselves.
 keep_torch_compile_cache_here()
+# The suite composes the configs hundreds of times: YAML parsed in C (`tests/support/libyaml_configs.py`).
+parse_configs_with_libyaml()
 
 ENGINE_PROCESS = b"VLLM::EngineCore"
 

@@ -372,3 +372,25 @@ def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_a
             (0.997, 1.004),
         )
         assert cfg.rollout.dtype == "bfloat16" and cfg.hydra.sweep.dir == "results/findings/table2_regime"
+
+
+def test_the_suites_libyaml_loader_reads_every_shipped_config_as_omegaconfs_own_does():
+    import omegaconf._utils
+    import yaml
+
+    from tests.support.libyaml_configs import libyaml_loader
+
+    files = sorted(Path(CONFIG_DIR).glob("**/*.yaml"))
+    assert len(files) >= 100
+    # The test session's `get_yaml_loader` gives the C loader; OmegaConf's own is kept as `__wrapped__`.
+    python_loader = omegaconf._utils.get_yaml_loader.__wrapped__()
+    c_loader = libyaml_loader(python_loader)
+    assert issubclass(omegaconf._utils.get_yaml_loader(), yaml.CSafeLoader)
+    for path in files:
+        text = path.read_text()
+        assert yaml.load(text, Loader=c_loader) == yaml.load(text, Loader=python_loader), path
+    with pytest.raises(yaml.constructor.ConstructorError, match="found duplicate key lr"):
+        yaml.load("lr: 1\nlr: 2\n", Loader=c_loader)
+    # OmegaConf's floats (1e-5 without a dot) and no timestamps, in both.
+    for loader in (c_loader, python_loader):
+        assert yaml.load("lr: 1e-5\nday: 2026-12-06\n", Loader=loader) == {"lr": 1e-05, "day": "2026-12-06"}
