@@ -48,8 +48,8 @@ def to_class_path(node: Any) -> Any:
     return node
 
 
-def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
-    cfg = compose_run(overrides)
+def cli_config(name: str, cfg: Any) -> dict[str, Any]:
+    """The CLI config of run `name` from its composed Hydra config `cfg`."""
     section = {key: OmegaConf.to_container(cfg[key], resolve=True) for key in ("module", "data", "warm_start")}
     model = to_class_path(section["module"])["init_args"]
     data = to_class_path(section["data"])["init_args"]
@@ -105,9 +105,15 @@ def cli_config(name: str, overrides: list[str]) -> dict[str, Any]:
 
 
 def render(name: str, overrides: list[str]) -> str:
+    """The text of `conf/cli/<name>.yaml` for the run the Hydra `overrides` compose."""
+    return render_composed(name, overrides, compose_run(overrides))
+
+
+def render_composed(name: str, overrides: list[str], cfg: Any) -> str:
+    """`render` from `cfg`, the config `overrides` composed (a caller that composed it already)."""
     what = f" (experiment={name})" if overrides else " (default run)"
     return HEADER.format(what=what, name=name) + yaml.safe_dump(
-        cli_config(name, overrides), sort_keys=False, default_flow_style=False
+        cli_config(name, cfg), sort_keys=False, default_flow_style=False
     )
 
 

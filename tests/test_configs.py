@@ -10,7 +10,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from lit_asyncrl.cli import AsyncRLCLI
-from lit_asyncrl.cli_configs import hydra_runs, render
+from lit_asyncrl.cli_configs import hydra_runs, render, render_composed
 from lit_asyncrl.datamodule import RolloutDataModule
 from lit_asyncrl.examples import word_problems
 from lit_asyncrl.losses import available_losses, loss_class
@@ -26,11 +26,11 @@ EXPERIMENTS = sorted(path.stem for path in (Path(CONFIG_DIR) / "experiment").glo
 LOSSES = sorted(path.stem for path in (Path(CONFIG_DIR) / "loss").glob("*.yaml"))
 
 
-def _word_problems(folder: Path) -> list[str]:
+def _word_problems(folder: Path) -> dict[str, str]:
     """The file `experiment=smollm2_dataset` reads, written by its example script into `folder`."""
     path = folder / "word_problems.jsonl"
     word_problems.main([str(path)])
-    return [f"env.path={path}"]
+    return {"env.path": str(path)}
 
 
 #: The data an experiment reads from a file the user writes first, made here.
@@ -50,16 +50,17 @@ def test_every_registered_loss_has_a_config():
 def test_experiment_instantiates(experiment, tmp_path):
     # Built as a run builds it (every value and combination checked); a README command that is only
     # `experiment=<name>` is left to this test (tests/test_readme_commands.py).
+    overrides = [f"experiment={experiment}"]
+    cfg = compose_train(overrides)
+    # The Lightning CLI config shipped for it is generated from this composition.
+    assert (Path(CONFIG_DIR) / "cli" / f"{experiment}.yaml").read_text() == render_composed(
+        experiment, overrides, cfg
+    ), f"run python -m lit_asyncrl.cli_configs ({experiment})"
     # runtime.output_dir only exists inside @hydra.main; point the logger at tmp_path instead.
-    cfg = compose_train(
-        [
-            f"experiment={experiment}",
-            f"trainer.default_root_dir={tmp_path}",
-            f"trainer.logger.save_dir={tmp_path}",
-            "checkpoint_every=7",
-            *EXPERIMENT_DATA.get(experiment, lambda folder: [])(tmp_path),
-        ]
-    )
+    settings = {"trainer.default_root_dir": str(tmp_path), "trainer.logger.save_dir": str(tmp_path)}
+    settings |= {"checkpoint_every": 7, **EXPERIMENT_DATA.get(experiment, lambda folder: {})(tmp_path)}
+    for key, value in settings.items():
+        OmegaConf.update(cfg, key, value)
     module, datamodule, _, trainer = build(cfg)
     assert datamodule.rollouts.engine is None  # nothing started
     assert (
@@ -213,10 +214,12 @@ def describe(module: AsyncRLModule, datamodule: RolloutDataModule) -> dict:
 
 
 def test_cli_configs_are_generated_from_the_current_hydra_configs():
-    for name, overrides in hydra_runs().items():
-        assert (Path(CONFIG_DIR) / "cli" / f"{name}.yaml").read_text() == render(name, overrides), (
-            f"run python -m lit_asyncrl.cli_configs ({name})"
-        )
+    # Each experiment's is checked where it is built (test_experiment_instantiates); here the default
+    # run's, and that no config is left over from an experiment that is gone.
+    assert (Path(CONFIG_DIR) / "cli" / "default.yaml").read_text() == render("default", []), (
+        "run python -m lit_asyncrl.cli_configs (default)"
+    )
+    assert sorted(path.stem for path in (Path(CONFIG_DIR) / "cli").glob("*.yaml")) == sorted(hydra_runs())
 
 
 @pytest.mark.parametrize("name", ["default", "snapshot", "ppo_ewma", "sync", "linear_prox_train_infer", "task_mix"])
