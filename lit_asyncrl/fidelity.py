@@ -76,7 +76,13 @@ class ReferenceFidelity:
             self.exact.retention.set_max_staleness(self.fallback_window)
 
     def metrics(
-        self, loss_fn: LossStrategy, inputs: LossInputs, applied_mask: torch.Tensor, batch: dict, version: int
+        self,
+        loss_fn: LossStrategy,
+        inputs: LossInputs,
+        applied_mask: torch.Tensor,
+        batch: dict,
+        version: int,
+        live_logprobs: torch.Tensor,
     ) -> dict[str, float]:
         """The `fidelity/*` metrics of one training batch.
 
@@ -86,11 +92,13 @@ class ReferenceFidelity:
             applied_mask: the r_d mask the strategy applied (`LossOutput.discrepancy_mask`).
             batch: the training batch (token ids and versions for the historical forwards).
             version: the trainer's weight version.
+            live_logprobs: [B, T] the live weights' log-probs with dropout off (the module's
+                `live_logprobs_without_dropout`): the newest version's exact scores and the drift's end.
         """
         with torch.no_grad():
             # Before the exact scores, which release the versions no live token refers to: v-1 is held until then.
-            drift = self._version_drift(batch, inputs, version) if self.panel is not None else None
-            exact = self.exact.ref_logprobs(batch, inputs.logprobs.detach(), version)
+            drift = self._version_drift(batch, inputs, version, live_logprobs) if self.panel is not None else None
+            exact = self.exact.ref_logprobs(batch, live_logprobs.detach(), version)
             finite = _finite(inputs)
             metrics = fidelity_metrics(
                 proxy_logprobs=loss_fn.proxy_logprobs(inputs),
@@ -109,14 +117,16 @@ class ReferenceFidelity:
                     metrics["fidelity/version_drift_absmax"] = drift[counted].max().item()
             return metrics
 
-    def _version_drift(self, batch: dict, inputs: LossInputs, version: int) -> torch.Tensor | None:
+    def _version_drift(
+        self, batch: dict, inputs: LossInputs, version: int, live_logprobs: torch.Tensor
+    ) -> torch.Tensor | None:
         """|log pi_v - log pi_(v-1)| [B, T] on the batch's policy tokens: how far the last update moved
         the policy (the regime map's drift per version, whatever the batch's version gaps). None at
         version 0, and when v-1 is not held (the shadow keeps it until this step's exact scores)."""
         previous = version - 1
         if previous < 0 or not self.exact.retention.has_version(previous):
             return None
-        current = inputs.logprobs.detach()
+        current = live_logprobs.detach()
         at_previous = torch.where(inputs.loss_mask, previous, batch["versions"])
         return (current - self.exact.logprobs_under(batch, at_previous, current)).abs()
 

@@ -224,7 +224,9 @@ class AsyncRLModule(L.LightningModule):
         fidelity = (
             {}
             if self.fidelity is None
-            else self.fidelity.metrics(self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step)
+            else self.fidelity.metrics(
+                self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step, live_logprobs
+            )
         )
         entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
         entropy_bonus = self.hparams.entropy_coef * entropy

@@ -262,6 +262,7 @@ class SnapshotRetention(Callback):
         score_fn: ScoreFn,
         current_logprobs: Tensor | None = None,
         module: nn.Module | None = None,
+        current_logprobs_without_dropout: bool = False,
     ) -> Tensor:
         """pi_old of every policy token under the weights of the version that sampled it.
 
@@ -283,6 +284,9 @@ class SnapshotRetention(Callback):
                 eval-mode log-probs; otherwise those tokens get an eval-mode forward of the live
                 weights, like every other version's.
             module: Module to call; defaults to the one resolved at ``setup``.
+            current_logprobs_without_dropout: ``current_logprobs`` come from a forward without
+                dropout (the caller scored the live weights in eval mode): taken as they are even
+                when the module has active dropout, so that version costs no second forward.
 
         Returns:
             ``[B, T]`` log-probs; positions outside ``loss_mask`` are 0.
@@ -297,7 +301,7 @@ class SnapshotRetention(Callback):
             self.store.get(shard.version)
         out = torch.zeros(token_versions.shape, device=token_versions.device)
         for shard in shards:
-            values = self._shard_logprobs(shard, module, score_fn, current_logprobs)
+            values = self._shard_logprobs(shard, module, score_fn, current_logprobs, current_logprobs_without_dropout)
             out = out.to(values.device, values.dtype)  # follow the scores' device and precision
             rows = shard.rows.to(out.device)
             out[rows] = torch.where(shard.token_mask.to(out.device), values, out[rows])
@@ -308,10 +312,16 @@ class SnapshotRetention(Callback):
     # ------------------------------------------------------------------------------- internals
 
     def _shard_logprobs(
-        self, shard: VersionShard, module: nn.Module, score_fn: ScoreFn, current_logprobs: Tensor | None
+        self,
+        shard: VersionShard,
+        module: nn.Module,
+        score_fn: ScoreFn,
+        current_logprobs: Tensor | None,
+        current_logprobs_without_dropout: bool,
     ) -> Tensor:
         if current_logprobs is not None and shard.version == self.latest_version:
-            if not has_active_dropout(module):  # the caller's forward is the eval-mode one: no forward
+            # The caller's forward is the eval-mode one (it says so, or there is no dropout): no forward.
+            if current_logprobs_without_dropout or not has_active_dropout(module):
                 return current_logprobs.detach()[shard.rows.to(current_logprobs.device)]
             # The caller's log-probs are a dropout sample: score the live weights, which are this version
             # (the caller says so by passing them; exact even with a rounded storage_dtype), in eval mode.

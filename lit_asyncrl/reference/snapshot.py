@@ -132,8 +132,13 @@ class SnapshotReference(ReferenceSource):
         # Tokens of a version without a snapshot (restored from a checkpoint written without it, e.g.
         # before fidelity=true was added) get NaN: the loss masks and counts them (train/nonfinite_tokens).
         missing = batch["loss_mask"] & ~self._resident(versions)
+        # The module's live log-probs are scored with dropout off (`ReferenceSource.ref_logprobs`).
         scores = self._retention.historical_logprobs(
-            versions, batch["loss_mask"] & ~missing, score, current_logprobs=current_logprobs.detach()
+            versions,
+            batch["loss_mask"] & ~missing,
+            score,
+            current_logprobs=current_logprobs.detach(),
+            current_logprobs_without_dropout=True,
         )
         if missing.any() and not self._warned_missing:
             self._warned_missing = True

@@ -234,6 +234,33 @@ def test_without_dropout_the_current_logprobs_stand_in_for_the_newest_forward():
         torch.testing.assert_close(pi_old[gap], expected[3 - gap][gap], rtol=0, atol=1e-5)
 
 
+def test_with_dropout_current_logprobs_the_caller_scored_in_eval_mode_save_the_newest_forward():
+    # A caller that scores the live weights in eval mode itself says so: the newest version takes its
+    # log-probs though the module drops; the older versions still get their eval-mode forwards.
+    model, callback = gpt2_with_dropout(), SnapshotRetention(max_staleness=3)
+    input_ids = torch.randint(0, 23, (4, 8), generator=torch.Generator().manual_seed(1))
+    expected = {}
+    for version in range(4):
+        if version:
+            move(model, version)
+        callback.save_version(version, model)
+        expected[version] = in_eval_mode(model, input_ids)
+    assert has_active_dropout(model) and model.training
+    token_versions = torch.tensor([3, 2, 1, 0])[:, None].expand_as(input_ids)
+    loss_mask = torch.ones_like(input_ids, dtype=torch.bool)
+    live = expected[3]  # what the caller's own eval-mode forward gave
+    pi_old = callback.historical_logprobs(
+        token_versions, loss_mask, score_with(input_ids), current_logprobs=live, current_logprobs_without_dropout=True
+    )
+    assert callback.num_historical_forwards == 3  # gaps 1, 2 and 3 only
+    assert torch.equal(pi_old[0], live[0])
+    for gap in range(1, 4):
+        torch.testing.assert_close(pi_old[gap], expected[3 - gap][gap], rtol=0, atol=1e-5)
+    # Not said: the caller's log-probs may be a dropout sample, and the newest version gets a forward too.
+    callback.historical_logprobs(token_versions, loss_mask, score_with(input_ids), current_logprobs=live)
+    assert callback.num_historical_forwards == 3 + 4
+
+
 class FunctionalDropout(torch.nn.Module):
     """nanoGPT-style: the probability is a plain attribute, handed to sdpa's `dropout_p`."""
 
