@@ -202,6 +202,26 @@ def test_tools_take_their_schema_from_type_hints_and_docstrings_or_a_given_one()
         as_tool(undocumented)
 
 
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        # The third-party suite's `dict`, which is no JSON type: refused when the task is built.
+        (
+            {"type": "object", "properties": {"order_id": {"type": "dict"}}},
+            r"the tool 'lookup' has an invalid parameters schema at properties\.order_id\.type: 'dict' is not valid",
+        ),
+        (
+            {"type": "object", "required": "order_id"},
+            r"the tool 'lookup' has an invalid parameters schema at required: 'order_id' is not of type 'array'",
+        ),
+    ],
+)
+def test_an_invalid_parameters_schema_is_refused_naming_the_tool_and_the_field(parameters, message):
+    schema = {"type": "function", "function": {"name": "lookup", "parameters": parameters}}
+    with pytest.raises(ValueError, match=message):
+        Tool(schema, lambda order_id: order_id)
+
+
 def test_the_parser_reads_a_turn_whole():
     # vLLM's hermes parser: text before the first call is the content; a plain turn has no calls.
     parser = ToolCallParser("hermes", build_char_tokenizer())

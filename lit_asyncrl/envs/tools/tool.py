@@ -27,6 +27,16 @@ class Tool:
             )
         if not callable(self.function):
             raise TypeError(f"the tool {function['name']!r} needs a callable, got {self.function!r}")
+        # Checked now, when the task is built: an invalid schema would otherwise fail every call of
+        # every episode as an environment error that names no tool.
+        validator = jsonschema.validators.validator_for(self.parameters)
+        try:
+            validator.check_schema(self.parameters)
+        except jsonschema.SchemaError as error:
+            field = ".".join(str(part) for part in error.path) or "(the schema itself)"
+            raise ValueError(
+                f"the tool {function['name']!r} has an invalid parameters schema at {field}: {error.message}"
+            ) from None
 
     @property
     def name(self) -> str:
