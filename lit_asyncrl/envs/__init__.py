@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from lit_asyncrl.envs.guess_number import GuessNumberEnv
     from lit_asyncrl.envs.mixture import BalancedTaskMix, MixInstance, TaskMix
     from lit_asyncrl.envs.range_guess import RangeGuessEnv
-    from lit_asyncrl.envs.scripted import ScriptedPlay, play_scripted
     from lit_asyncrl.envs.service_desk.task import ServiceDeskEnv
     from lit_asyncrl.envs.service_desk.tools_task import ServiceDeskToolsEnv
     from lit_asyncrl.envs.tools import Grade, Tool, ToolEnv
@@ -36,8 +35,6 @@ _PUBLIC = {
     "MixInstance": "lit_asyncrl.envs.mixture",
     "TaskMix": "lit_asyncrl.envs.mixture",
     "RangeGuessEnv": "lit_asyncrl.envs.range_guess",
-    "ScriptedPlay": "lit_asyncrl.envs.scripted",
-    "play_scripted": "lit_asyncrl.envs.scripted",
     "ServiceDeskEnv": "lit_asyncrl.envs.service_desk.task",
     "ServiceDeskToolsEnv": "lit_asyncrl.envs.service_desk.tools_task",
     "Grade": "lit_asyncrl.envs.tools",
@@ -60,7 +57,6 @@ __all__ = [
     "MixInstance",
     "RangeGuessEnv",
     "ReasoningGymEnv",
-    "ScriptedPlay",
     "ServiceDeskEnv",
     "ServiceDeskToolsEnv",
     "SimulatedUser",
@@ -69,7 +65,6 @@ __all__ = [
     "Tool",
     "ToolEnv",
     "Transition",
-    "play_scripted",
 ]
 
 

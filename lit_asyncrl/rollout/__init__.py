@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError, TurnOutput
     from lit_asyncrl.rollout.engine.settings import EngineSettings
+    from lit_asyncrl.rollout.episodes.scripted import ScriptedPlay, play_scripted
     from lit_asyncrl.rollout.records import Trajectory
     from lit_asyncrl.rollout.service import RolloutService, RolloutServiceError, ScoreFn, ServiceFactory
     from lit_asyncrl.rollout.settings import RolloutConfig
@@ -35,6 +36,8 @@ _PUBLIC = {
     "EngineDeadError": "lit_asyncrl.rollout.engine.protocol",
     "TurnOutput": "lit_asyncrl.rollout.engine.protocol",
     "EngineSettings": "lit_asyncrl.rollout.engine.settings",
+    "ScriptedPlay": "lit_asyncrl.rollout.episodes.scripted",
+    "play_scripted": "lit_asyncrl.rollout.episodes.scripted",
     "Trajectory": "lit_asyncrl.rollout.records",
     "RolloutService": "lit_asyncrl.rollout.service",
     "RolloutServiceError": "lit_asyncrl.rollout.service",
@@ -53,11 +56,13 @@ __all__ = [
     "RolloutService",
     "RolloutServiceError",
     "ScoreFn",
+    "ScriptedPlay",
     "ServiceFactory",
     "Trajectory",
     "TurnOutput",
     "WeightPush",
     "WeightRoute",
+    "play_scripted",
 ]
 
 

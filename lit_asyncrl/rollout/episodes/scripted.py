@@ -1,4 +1,5 @@
-"""Driving a task without an engine: scripted model turns played through one of its episodes.
+"""Driving a task without an engine: scripted model turns played through one of its episodes
+(`lit_asyncrl.rollout.play_scripted`).
 
 A user's first check of a task (or of a third-party suite wrapped as one): write what the model would
 say, turn by turn, and see what the task answers and how it grades the play, before any engine starts.
@@ -56,7 +57,9 @@ def play_scripted(
     async def play() -> ScriptedPlay:
         episode = played.env.new_episode(played.instance)
         opening = await _settled(episode.reset(seed))
-        reward, success, ended, exchanges = 0.0, False, False, []
+        reward = 0.0
+        success = ended = False
+        exchanges = []
         for text in model_turns:
             transition = await _settled(episode.step(parse(text)))
             exchanges.append((text, transition.observation))
@@ -71,6 +74,7 @@ def play_scripted(
 
 
 def _turn_reader(env: Environment, tool_parser: str, tokenizer: Any) -> Any:
+    """What a scripted turn becomes before `step`: a tool task's parsed turn, any other task's text."""
     from lit_asyncrl.envs.tools import ToolEnv
 
     if not isinstance(env, ToolEnv):

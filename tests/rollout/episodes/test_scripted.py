@@ -1,12 +1,13 @@
-"""Scripted model turns through a task without an engine (`lit_asyncrl.envs.play_scripted`): a text task,
+"""Scripted model turns through a task without an engine (`lit_asyncrl.rollout.play_scripted`): a text task,
 a tool task whose turns vLLM's Hermes parser reads, and a mixture's task; values worked out by hand."""
 
 from __future__ import annotations
 
 import random
 
-from lit_asyncrl.envs import GuessNumberEnv, MixInstance, TaskMix, play_scripted
+from lit_asyncrl.envs import GuessNumberEnv, MixInstance, TaskMix
 from lit_asyncrl.envs.tools import Grade, ToolEnv, ToolMessage
+from lit_asyncrl.rollout import play_scripted
 from tests.support.xdist_groups import imports_vllm
 
 
