@@ -214,15 +214,21 @@ def test_snapshot_pi_old_is_exact_at_gaps_0_to_3_with_training_mode_current_logp
     assert all(checked["training"])  # the policy is still in training mode after the call
 
 
-def test_without_dropout_the_current_logprobs_stand_in_for_the_newest_forward():
-    model, callback = gpt2_with_dropout(**NO_DROPOUT), SnapshotRetention(max_staleness=3)
-    input_ids = torch.randint(0, 23, (4, 8), generator=torch.Generator().manual_seed(1))
+def four_saved_versions(model, callback: SnapshotRetention, input_ids: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Versions 0..3 of `model` (each moved from the last) saved in `callback`; each one's eval-mode log-probs."""
     expected = {}
     for version in range(4):
         if version:
             move(model, version)
         callback.save_version(version, model)
         expected[version] = in_eval_mode(model, input_ids)
+    return expected
+
+
+def test_without_dropout_the_current_logprobs_stand_in_for_the_newest_forward():
+    model, callback = gpt2_with_dropout(**NO_DROPOUT), SnapshotRetention(max_staleness=3)
+    input_ids = torch.randint(0, 23, (4, 8), generator=torch.Generator().manual_seed(1))
+    expected = four_saved_versions(model, callback, input_ids)
     assert not has_active_dropout(model) and model.training
     current = token_logprobs(model(input_ids).logits, input_ids)  # training mode, with grad
     token_versions = torch.tensor([3, 2, 1, 0])[:, None].expand_as(input_ids)
@@ -239,12 +245,7 @@ def test_with_dropout_current_logprobs_the_caller_scored_in_eval_mode_save_the_n
     # log-probs though the module drops; the older versions still get their eval-mode forwards.
     model, callback = gpt2_with_dropout(), SnapshotRetention(max_staleness=3)
     input_ids = torch.randint(0, 23, (4, 8), generator=torch.Generator().manual_seed(1))
-    expected = {}
-    for version in range(4):
-        if version:
-            move(model, version)
-        callback.save_version(version, model)
-        expected[version] = in_eval_mode(model, input_ids)
+    expected = four_saved_versions(model, callback, input_ids)
     assert has_active_dropout(model) and model.training
     token_versions = torch.tensor([3, 2, 1, 0])[:, None].expand_as(input_ids)
     loss_mask = torch.ones_like(input_ids, dtype=torch.bool)
