@@ -12,7 +12,6 @@ from omegaconf import OmegaConf
 from lit_asyncrl.cli import AsyncRLCLI
 from lit_asyncrl.cli_configs import hydra_runs, render, render_composed
 from lit_asyncrl.datamodule import RolloutDataModule
-from lit_asyncrl.examples import word_problems
 from lit_asyncrl.losses import available_losses, loss_class
 from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.module import AsyncRLModule
@@ -20,21 +19,12 @@ from lit_asyncrl.reference import available_references, build_reference
 from lit_asyncrl.rollout.settings import RolloutConfig
 from lit_asyncrl.train import build
 from tests.support.configs import CONFIG_DIR, compose_train
+from tests.support.experiment_data import experiment_data
 from tests.support.xdist_groups import grouped_by_imports
 
 EXPERIMENTS = sorted(path.stem for path in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
 LOSSES = sorted(path.stem for path in (Path(CONFIG_DIR) / "loss").glob("*.yaml"))
 
-
-def _word_problems(folder: Path) -> dict[str, str]:
-    """The file `experiment=smollm2_dataset` reads, written by its example script into `folder`."""
-    path = folder / "word_problems.jsonl"
-    word_problems.main([str(path)])
-    return {"env.path": str(path)}
-
-
-#: The data an experiment reads from a file the user writes first, made here.
-EXPERIMENT_DATA = {"smollm2_dataset": _word_problems}
 
 #: Written by hand from the paper's Table 1 and docs/method.md (section 6), not read from the code.
 EXACT_REFERENCES = {"snapshot", "interrupt_sync", "dedicated"}
@@ -58,7 +48,7 @@ def test_experiment_instantiates(experiment, tmp_path):
     ), f"run python -m lit_asyncrl.cli_configs ({experiment})"
     # runtime.output_dir only exists inside @hydra.main; point the logger at tmp_path instead.
     settings = {"trainer.default_root_dir": str(tmp_path), "trainer.logger.save_dir": str(tmp_path)}
-    settings |= {"checkpoint_every": 7, **EXPERIMENT_DATA.get(experiment, lambda folder: {})(tmp_path)}
+    settings |= {"checkpoint_every": 7, **experiment_data(overrides, tmp_path)}
     for key, value in settings.items():
         OmegaConf.update(cfg, key, value)
     module, datamodule, _, trainer = build(cfg)

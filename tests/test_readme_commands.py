@@ -21,6 +21,7 @@ import torch
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.train import build
 from tests.support.configs import compose_train
+from tests.support.experiment_data import experiment_data
 from tests.support.xdist_groups import grouped_by_imports
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -91,9 +92,12 @@ def test_the_readme_has_its_commands():
 )
 def test_every_readme_command_builds_its_run(overrides, tmp_path):
     overrides = [_substitute(token, tmp_path) for token in overrides]
+    # An experiment that reads a file its user writes first (the word problems) gets one made here.
+    data = [f"{key}={value}" for key, value in experiment_data(overrides, tmp_path).items()]
     cfg = compose_train(
         [
             *overrides,
+            *data,
             f"hydra.run.dir={tmp_path}",
             f"hydra.runtime.output_dir={tmp_path}",  # a Hydra app sets it (the live loggers' dir); compose does not
             f"trainer.default_root_dir={tmp_path}",

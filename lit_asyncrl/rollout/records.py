@@ -52,9 +52,11 @@ class Trajectory:
     cut_off: str | None = None
     #: False keeps the episode out of the loss (its tokens masked in the batch): `GroupFilter.overlong`.
     in_loss: bool = True
-    #: A tool task's calls by tool, and its calls answered with an error by reason (`envs/tools`).
+    #: A tool task's calls by tool, its calls answered with an error by reason, and its calls whose
+    #: arguments a lenient check took from strings by tool (`envs/tools`).
     tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    tool_call_coercions: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     #: A dataset task's reward functions (`envs/dataset_task`): each one's value summed over the
     #: episode's steps (NaN while it scored none of them), and how often each raised.
     reward_terms: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -67,10 +69,12 @@ class Trajectory:
     finished: bool = False
 
     def record_step_info(self, info: dict) -> None:
-        """Add what one step's `info` reports: a tool task's calls and errors (`tool_calls`,
-        `tool_call_errors`), a dataset task's reward-function values and failures (`rewards`, `reward_failures`)."""
+        """Add what one step's `info` reports: a tool task's calls, errors and leniently taken arguments
+        (`tool_calls`, `tool_call_errors`, `tool_call_coercions`), a dataset task's reward-function values
+        and failures (`rewards`, `reward_failures`)."""
         self.tool_calls.update(info.get("tool_calls", {}))
         self.tool_call_errors.update(info.get("tool_call_errors", {}))
+        self.tool_call_coercions.update(info.get("tool_call_coercions", {}))
         for name, value in info.get("rewards", {}).items():
             earlier = self.reward_terms.get(name, math.nan)
             if value is None:

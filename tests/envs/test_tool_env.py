@@ -98,7 +98,7 @@ def test_several_calls_run_in_order_each_answered_by_a_tool_message(parser):
         ("add", "total 5", None),
     ]
     assert (step.reward, step.terminated, step.truncated) == (0.0, False, False)
-    assert step.info == {"tool_calls": {"add": 2, "fetch": 1}, "tool_call_errors": {}}
+    assert step.info == {"tool_calls": {"add": 2, "fetch": 1}, "tool_call_errors": {}, "tool_call_coercions": {}}
 
 
 def test_a_turn_without_a_call_ends_the_episode_graded_on_its_state(parser):

@@ -89,7 +89,8 @@ class ServiceDeskToolsEnv(ToolEnv):
 
     Args:
         difficulty, refund_window_days, held_out_fraction, user: as for `ServiceDeskEnv`.
-        tool_parser, tool_timeout_s, call_error_reward, max_turns, latency_s, episode_timeout_s: see `ToolEnv`.
+        tool_parser, tool_timeout_s, call_error_reward, max_turns, arguments, latency_s, episode_timeout_s:
+            see `ToolEnv`.
     """
 
     system_prompt = (
@@ -109,10 +110,19 @@ class ServiceDeskToolsEnv(ToolEnv):
         user: SimulatedUser | None = None,
         tool_parser: str = "hermes",
         tool_timeout_s: float = 10.0,
+        arguments: str = "strict",
         latency_s: float = 0.0,
         episode_timeout_s: float | None = None,
     ) -> None:
-        super().__init__(tool_parser, tool_timeout_s, call_error_reward, max_turns, latency_s, episode_timeout_s)
+        super().__init__(
+            tool_parser=tool_parser,
+            tool_timeout_s=tool_timeout_s,
+            call_error_reward=call_error_reward,
+            max_turns=max_turns,
+            arguments=arguments,
+            latency_s=latency_s,
+            episode_timeout_s=episode_timeout_s,
+        )
         # The text desk draws the instances and checks the shared settings.
         self.desk = ServiceDeskEnv(
             difficulty, refund_window_days, call_error_reward, max_turns, held_out_fraction, user

@@ -57,6 +57,8 @@ class ToolMessage:
     name: str | None = None
     call_id: str | None = None
     error: str | None = None  # the reason (one of ERROR_REASONS) when the call failed
+    #: The arguments a lenient check took from a string as the number the schema asks for (`arguments.py`).
+    coerced: tuple[str, ...] = ()
 
     def message(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "tool", "content": self.content}

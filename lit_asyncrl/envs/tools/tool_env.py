@@ -36,6 +36,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.tools.arguments import ARGUMENT_CHECKS
 from lit_asyncrl.envs.tools.calls import (
     INVALID_ARGUMENTS,
     TIMEOUT,
@@ -67,6 +68,8 @@ class ToolEnv(Environment):
         tool_timeout_s: a call running longer is answered with a timeout error.
         call_error_reward: reward added for each call answered with an error (a timeout aside).
         max_turns: agent turns per episode (each may hold several calls).
+        arguments: how a call's arguments are checked against its tool's schema: `strict` (as written)
+            or `lenient` (also a number given as its exact JSON text in a string; `arguments.py`).
         latency_s, episode_timeout_s: see `Environment`.
     """
 
@@ -80,10 +83,13 @@ class ToolEnv(Environment):
         tool_timeout_s: float = 10.0,
         call_error_reward: float = 0.0,
         max_turns: int = 4,
+        arguments: str = "strict",
         latency_s: float = 0.0,
         episode_timeout_s: float | None = None,
     ) -> None:
         super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
+        if arguments not in ARGUMENT_CHECKS:
+            raise ValueError(f"env.arguments must be one of {', '.join(ARGUMENT_CHECKS)}, got {arguments!r}")
         if not isinstance(tool_parser, str) or not tool_parser:
             raise ValueError(f"env.tool_parser must name one of vLLM's tool parsers (e.g. hermes), got {tool_parser!r}")
         if tool_timeout_s <= 0:
@@ -96,6 +102,8 @@ class ToolEnv(Environment):
         self.tool_timeout_s = float(tool_timeout_s)
         self.call_error_reward = float(call_error_reward)
         self.max_turns = max_turns
+        self.arguments = arguments
+        self.argument_check = ARGUMENT_CHECKS[arguments]()
 
     @abc.abstractmethod
     def new_state(self, instance: Any) -> Any:
@@ -199,20 +207,23 @@ class ToolEpisode:
                 call.call_id,
                 UNKNOWN_TOOL,
             )
-        problem = tool.argument_errors(call.arguments)
-        if problem is not None:
+        checked = self.env.argument_check.check(tool, call.arguments)
+        if checked.problem is not None:
             return ToolMessage(
-                f"Error: invalid arguments for {call.name}: {problem}", call.name, call.call_id, INVALID_ARGUMENTS
+                f"Error: invalid arguments for {call.name}: {checked.problem}",
+                call.name,
+                call.call_id,
+                INVALID_ARGUMENTS,
             )
         try:
-            result = await asyncio.wait_for(_call(tool, call.arguments), self.env.tool_timeout_s)
+            result = await asyncio.wait_for(_call(tool, checked.arguments), self.env.tool_timeout_s)
         except TimeoutError:
             return ToolMessage(
                 f"Error: {call.name} took longer than {self.env.tool_timeout_s:g} s", call.name, call.call_id, TIMEOUT
             )
         except Exception as error:  # the tool's own failure is the model's to read, not the run's
             return ToolMessage(f"Error: {call.name} failed: {error}", call.name, call.call_id, TOOL_ERROR)
-        return ToolMessage(_as_text(result), call.name, call.call_id)
+        return ToolMessage(_as_text(result), call.name, call.call_id, coerced=checked.coerced)
 
 
 async def _call(tool: Tool, arguments: dict[str, Any]) -> Any:
@@ -232,8 +243,10 @@ def _as_text(result: Any) -> str:
 
 
 def _counts(answers: list[ToolMessage]) -> dict[str, dict[str, int]]:
-    """A turn's calls by tool and its errors by reason (the runner adds them up per episode)."""
+    """A turn's calls by tool, its errors by reason and its calls whose arguments a lenient check
+    took from strings, by tool (the runner adds them up per episode)."""
     # By the tools of the task only: a name the model made up is an error, not a new metric.
     calls = Counter(answer.name for answer in answers if answer.name is not None and answer.error != UNKNOWN_TOOL)
     errors = Counter(answer.error for answer in answers if answer.error is not None)
-    return {"tool_calls": dict(calls), "tool_call_errors": dict(errors)}
+    coerced = Counter(answer.name for answer in answers if answer.coerced)
+    return {"tool_calls": dict(calls), "tool_call_errors": dict(errors), "tool_call_coercions": dict(coerced)}

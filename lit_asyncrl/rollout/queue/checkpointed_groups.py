@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the producer imports this module
     from lit_asyncrl.rollout.engine.protocol import Engine
     from lit_asyncrl.rollout.queue.producer import RolloutProducer
 
-_COUNTERS = ("tool_calls", "tool_call_errors", "reward_failures")
+_COUNTERS = ("tool_calls", "tool_call_errors", "tool_call_coercions", "reward_failures")
 
 
 def groups_to_state(groups: list[list[Trajectory]]) -> list[list[dict]]:

@@ -82,6 +82,7 @@ class ProducerStats:
             "timeout").
         tool_calls: a tool task's calls, by tool.
         tool_call_errors: a tool task's failed calls, by reason.
+        tool_call_coercions: a tool task's calls whose arguments a lenient check took from strings, by tool.
         timed_out_episodes: episodes that outlived the environment's `episode_timeout_s`.
         policy_tokens: agent tokens of the groups filed (the throughput's numerator).
         started_at: when generation started (`time.monotonic()`; the throughput's clock).
@@ -93,6 +94,7 @@ class ProducerStats:
     env_failures: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     tool_calls: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     tool_call_errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    tool_call_coercions: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     timed_out_episodes: int = 0
     policy_tokens: int = 0
     started_at: float = dataclasses.field(default_factory=time.monotonic)
@@ -352,6 +354,7 @@ class RolloutProducer:
             for trajectory in trajectories:
                 self.stats.tool_calls.update(trajectory.tool_calls)
                 self.stats.tool_call_errors.update(trajectory.tool_call_errors)
+                self.stats.tool_call_coercions.update(trajectory.tool_call_coercions)
                 self.stats.recent_tool_calls.append(sum(trajectory.tool_calls.values()))
             kept = self._drop_failed(trajectories)
             if kept:

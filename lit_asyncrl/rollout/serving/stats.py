@@ -51,17 +51,22 @@ def rollout_stats(
 
 
 def tool_call_stats(producers: Sequence[RolloutProducer]) -> dict[str, float]:
-    """A tool task's `rollout/tool_calls/<tool>` and `rollout/tool_call_errors/<reason>` (counts over
-    the run) and `rollout/tool_calls_per_episode` (over the recent episodes); none for other tasks."""
+    """A tool task's `rollout/tool_calls/<tool>`, `rollout/tool_call_errors/<reason>` and
+    `rollout/tool_call_coercions/<tool>` (counts over the run: a lenient check's calls whose arguments
+    were taken from strings) and `rollout/tool_calls_per_episode` (over the recent episodes); none for
+    other tasks."""
     if not any(isinstance(task, ToolEnv) for producer in producers for task in producer.env.tasks().values()):
         return {}
     calls = collections.Counter()
     errors = collections.Counter(dict.fromkeys(ERROR_REASONS, 0))
+    coercions = collections.Counter()
     for producer in producers:
         calls.update(producer.stats.tool_calls)
         errors.update(producer.stats.tool_call_errors)
+        coercions.update(producer.stats.tool_call_coercions)
     recent = [count for producer in producers for count in producer.stats.recent_tool_calls]
     stats = {f"rollout/tool_calls/{tool}": float(count) for tool, count in sorted(calls.items())}
     stats.update({f"rollout/tool_call_errors/{reason}": float(count) for reason, count in errors.items()})
+    stats.update({f"rollout/tool_call_coercions/{tool}": float(count) for tool, count in sorted(coercions.items())})
     stats["rollout/tool_calls_per_episode"] = sum(recent) / len(recent) if recent else 0.0
     return stats
