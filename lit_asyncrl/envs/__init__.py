@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from lit_asyncrl.envs.range_guess import RangeGuessEnv
     from lit_asyncrl.envs.service_desk.task import ServiceDeskEnv
     from lit_asyncrl.envs.service_desk.tools_task import ServiceDeskToolsEnv
-    from lit_asyncrl.envs.tools import Grade, Tool, ToolEnv
+    from lit_asyncrl.envs.tools import Ending, Grade, Tool, ToolEnv
     from lit_asyncrl.envs.users.llm_user import LLMUser
-    from lit_asyncrl.envs.users.simulated import CooperativeUser, SimulatedUser
+    from lit_asyncrl.envs.users.simulated import CooperativeUser, ScriptedUser, SimulatedUser
 
 #: Each public name and the module that defines it.
 _PUBLIC = {
@@ -37,11 +37,13 @@ _PUBLIC = {
     "RangeGuessEnv": "lit_asyncrl.envs.range_guess",
     "ServiceDeskEnv": "lit_asyncrl.envs.service_desk.task",
     "ServiceDeskToolsEnv": "lit_asyncrl.envs.service_desk.tools_task",
+    "Ending": "lit_asyncrl.envs.tools",
     "Grade": "lit_asyncrl.envs.tools",
     "Tool": "lit_asyncrl.envs.tools",
     "ToolEnv": "lit_asyncrl.envs.tools",
     "LLMUser": "lit_asyncrl.envs.users.llm_user",
     "CooperativeUser": "lit_asyncrl.envs.users.simulated",
+    "ScriptedUser": "lit_asyncrl.envs.users.simulated",
     "SimulatedUser": "lit_asyncrl.envs.users.simulated",
 }
 
@@ -49,6 +51,7 @@ __all__ = [
     "BalancedTaskMix",
     "CooperativeUser",
     "DatasetEnv",
+    "Ending",
     "Environment",
     "GemEnv",
     "Grade",
@@ -57,6 +60,7 @@ __all__ = [
     "MixInstance",
     "RangeGuessEnv",
     "ReasoningGymEnv",
+    "ScriptedUser",
     "ServiceDeskEnv",
     "ServiceDeskToolsEnv",
     "SimulatedUser",

@@ -8,7 +8,10 @@ Two levels, as in gymnasium's `make` and `Env`:
   `step(action) -> (observation, reward, terminated, truncated, info)`. Either method may be
   `async def` (awaited on the engine's event loop, e.g. a tool that calls a service); a plain
   method runs in a thread pool sized to the concurrent episodes, so a slow tool never stalls
-  generation. `info["success"]` marks a solved task (avg@k and pass@k count it).
+  generation. `info["success"]` marks a solved task (avg@k and pass@k count it). An episode may
+  also have `cut_off(reason)` (sync or async): the runner calls it when it stops the episode before
+  the task ended it (`"context"` full, `"turns"` used up, `"timeout"`) and adds the Transition it
+  answers (its reward and success; None adds nothing), so a task can grade a cut-off play.
 
 Every environment takes `latency_s` (simulated latency added to each of its answers; the episode
 sleeps without holding a worker) and `episode_timeout_s` (an episode that runs longer ends as
@@ -112,6 +115,11 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def new_episode(self, instance: Any) -> TextEnv:
         """A fresh episode of `instance`."""
+
+    def turn_limit(self, instance: Any) -> int:
+        """Most agent turns in an episode of `instance` (`max_turns` by default; a task whose instances
+        need different lengths, like conversations of several requests, says so here)."""
+        return self.max_turns
 
     def observation_role_of(self, observation: str) -> str:
         """Chat-template models only: the role of one answer after an agent turn (by default

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from lit_asyncrl.envs.tools import AssistantTurn, Grade, Tool, ToolCall, ToolEnv
+from lit_asyncrl.envs.tools import AssistantTurn, Ending, Grade, Tool, ToolCall, ToolEnv
 from lit_asyncrl.envs.tools.arguments import LenientArguments, StrictArguments
 from lit_asyncrl.rollout.records import Trajectory
 
@@ -80,8 +80,8 @@ class Refunds(ToolEnv):
     def opening(self, instance: int) -> list[dict]:
         return [{"role": "user", "content": f"refund order {instance}"}]
 
-    def grade(self, state: list, transcript: list[dict]) -> Grade:
-        return Grade(float(state == [12]), state == [12])
+    def grade(self, ending: Ending) -> Grade:
+        return Grade(float(ending.state == [12]), ending.state == [12])
 
 
 def one_call(arguments: str, arguments_check: str):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_asyncrl.envs.tools import AssistantTurn, Grade, Tool, ToolCall, ToolEnv, as_tool
+from lit_asyncrl.envs.tools import AssistantTurn, Ending, Grade, Tool, ToolCall, ToolEnv, as_tool
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from lit_asyncrl.rollout.episodes.tool_calls import ToolCallParser
 from tests.support.xdist_groups import imports_vllm
@@ -66,8 +66,8 @@ class LedgerTask(ToolEnv):
     def opening(self, instance: int) -> list[dict]:
         return [{"role": "user", "content": f"add {instance}"}]
 
-    def grade(self, state: Ledger, transcript: list[dict]) -> Grade:
-        return Grade(1.0 if state.total == self.target else 0.0, state.total == self.target)
+    def grade(self, ending: Ending) -> Grade:
+        return Grade(1.0 if ending.state.total == self.target else 0.0, ending.state.total == self.target)
 
     target = 5
 

@@ -6,7 +6,7 @@ import random
 import sys
 from typing import Any
 
-from lit_asyncrl.envs.tools import AssistantTurn, Grade, ToolCall, ToolEnv, ToolMessage
+from lit_asyncrl.envs.tools import AssistantTurn, Ending, Grade, ToolCall, ToolEnv, ToolMessage
 from lit_asyncrl.envs.tools.mcp_tools import McpServerTools
 
 
@@ -36,9 +36,9 @@ class McpAdditionTask(ToolEnv):
     def opening(self, instance: tuple[int, int]) -> list[dict]:
         return [{"role": "user", "content": f"add {instance[0]} {instance[1]}"}]
 
-    def grade(self, state: Sum, transcript: list[dict]) -> Grade:
-        answers = [message["content"] for message in transcript if message["role"] == "tool"]
-        right = answers == [str(state.a + state.b)]
+    def grade(self, ending: Ending) -> Grade:
+        answers = [message["content"] for message in ending.transcript if message["role"] == "tool"]
+        right = answers == [str(ending.state.a + ending.state.b)]
         return Grade(float(right), right)
 
     def start(self, make_engine=None) -> None:

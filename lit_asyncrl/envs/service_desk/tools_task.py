@@ -17,7 +17,7 @@ from typing import Any
 from lit_asyncrl.envs.service_desk.episode import one_line
 from lit_asyncrl.envs.service_desk.orders import WRITE_TOOLS, CustomerGoal, DeskInstance, decide
 from lit_asyncrl.envs.service_desk.task import ServiceDeskEnv
-from lit_asyncrl.envs.tools import Grade, ToolCall, ToolEnv
+from lit_asyncrl.envs.tools import Ending, Grade, ToolCall, ToolEnv
 from lit_asyncrl.envs.users.simulated import Message, SimulatedUser
 
 
@@ -129,7 +129,9 @@ class ServiceDeskToolsEnv(ToolEnv):
         )
         self.refund_window_days = refund_window_days
         self.held_out_fraction = held_out_fraction
-        self.user = user
+        # Reached through the ask_customer tool only: a turn without a call still ends the episode
+        # (the task's reward as before), so the customer is not the base class's conversational `user`.
+        self.customer = user
 
     def generate_instance(self, rng: random.Random) -> DeskInstance:
         return self.desk.generate_instance(rng)
@@ -138,7 +140,7 @@ class ServiceDeskToolsEnv(ToolEnv):
         return self.desk.instance_key(instance)
 
     def new_state(self, instance: DeskInstance) -> DeskState:
-        return DeskState(instance, self.user)
+        return DeskState(instance, self.customer)
 
     def tools(self, state: DeskState) -> list[Any]:
         return [
@@ -146,18 +148,19 @@ class ServiceDeskToolsEnv(ToolEnv):
             state.refund,
             state.cancel,
             state.reply,
-            *([state.ask_customer] if self.user is not None else []),
+            *([state.ask_customer] if self.customer is not None else []),
         ]
 
     def opening(self, instance: DeskInstance) -> list[dict[str, Any]]:
-        if self.user is not None:  # the customer names the item; the order's number is theirs to give
+        if self.customer is not None:  # the customer names the item; the order's number is theirs to give
             return [{"role": "user", "content": f"{instance.request} my {instance.order(instance.order_id).item}"}]
         return [{"role": "user", "content": f"{instance.request} order {instance.order_id}"}]
 
     def finished(self, state: DeskState) -> bool:
         return state.reply_word is not None
 
-    def grade(self, state: DeskState, transcript: list[dict[str, Any]]) -> Grade:
+    def grade(self, ending: Ending) -> Grade:
+        state = ending.state
         requested = state.instance.order(state.instance.order_id)
         write, goal_reply = decide(state.instance.request, requested.status, requested.days, self.refund_window_days)
         goal_statuses = {order.order_id: order.status for order in state.instance.orders}
@@ -175,7 +178,9 @@ class ServiceDeskToolsEnv(ToolEnv):
     def demonstration_calls(self, instance: DeskInstance) -> list[list[ToolCall]]:
         requested = instance.order(instance.order_id)
         write, reply = decide(instance.request, requested.status, requested.days, self.refund_window_days)
-        asked = [[ToolCall("ask_customer", {"question": "What is the order number?"})]] if self.user is not None else []
+        asked = (
+            [[ToolCall("ask_customer", {"question": "What is the order number?"})]] if self.customer is not None else []
+        )
         acted = [[ToolCall(write, {"order_id": instance.order_id})]] if write is not None else []
         return [
             *asked,

@@ -14,10 +14,19 @@ A task gives:
 - `tools(state)`: the tools over that state, plain functions (sync or `async def`, with type hints
   and an `Args:` docstring: `get_json_schema` makes their schema) or `Tool`s (a schema and a callable);
 - `opening(instance)`: the first messages (e.g. the user's request);
-- `grade(state, transcript)`: the reward and whether the task was solved, from the final state and
-  the transcript (OpenAI-style messages), read when the episode ends;
+- `grade(ending)`: the reward and whether the task was solved, from an `Ending` (the instance, the
+  final state, the transcript as OpenAI-style messages, and why the episode ended), read once when
+  the episode ends;
 - optionally `finished(state)`: the episode ends after the turn in which it becomes True (e.g. a
-  `reply` tool that answers the customer); a turn without a call always ends it.
+  `reply` tool that answers the customer);
+- optionally `turn_limit(instance)`: agent turns for this instance (by default `max_turns`);
+- optionally a user (`user=`, any `SimulatedUser`) and `user_goal(state)`: an agent turn without a
+  call is then a message to the user, whose answer continues the episode as a `user` message (None
+  ends it); without a user, a turn without a call ends the episode.
+
+Every ended episode is graded, with its reason (`endings.py`): the task's own endings, the turn limit,
+and, for a task that sets `grades_cut_offs`, the run's cut-offs (the context filled, the time ran out);
+a task that leaves it False keeps the call penalties alone as the reward of such an episode.
 
 Calls of one turn run in order, each answered by one `tool` message. A call that cannot be run is
 answered with an error the model can read, counted by reason (`calls.ERROR_REASONS`), and the
@@ -36,6 +45,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.tools import endings
 from lit_asyncrl.envs.tools.arguments import ARGUMENT_CHECKS
 from lit_asyncrl.envs.tools.calls import (
     INVALID_ARGUMENTS,
@@ -48,7 +58,10 @@ from lit_asyncrl.envs.tools.calls import (
     ToolMessage,
     ToolOpening,
 )
+from lit_asyncrl.envs.tools.endings import Ending
 from lit_asyncrl.envs.tools.tool import Tool, as_tool
+from lit_asyncrl.envs.tools.user_turns import UserMessage, conversation_of
+from lit_asyncrl.envs.users.simulated import SimulatedUser, UserGoal
 
 
 class Grade(NamedTuple):
@@ -67,15 +80,20 @@ class ToolEnv(Environment):
             from `model.tool_parser`.
         tool_timeout_s: a call running longer is answered with a timeout error.
         call_error_reward: reward added for each call answered with an error (a timeout aside).
-        max_turns: agent turns per episode (each may hold several calls).
+        max_turns: agent turns per episode (each may hold several calls); `turn_limit` may set it per instance.
         arguments: how a call's arguments are checked against its tool's schema: `strict` (as written)
             or `lenient` (also a number given as its exact JSON text in a string; `arguments.py`).
+        user: who answers an agent turn without a call (None: such a turn ends the episode); the
+            task's `user_goal` says what the user wants in each episode.
         latency_s, episode_timeout_s: see `Environment`.
     """
 
     observation_role = "tool"
     turn_stop = "\n"  # plain-text policies (the compact rendering) end a turn with a newline
     max_turn_tokens = 128
+    #: Whether `grade` also scores an episode the run cut off by the context or the episode timeout
+    #: (its `Ending.reason` says which); False keeps only the call penalties as its reward.
+    grades_cut_offs = False
 
     def __init__(
         self,
@@ -84,10 +102,16 @@ class ToolEnv(Environment):
         call_error_reward: float = 0.0,
         max_turns: int = 4,
         arguments: str = "strict",
+        user: SimulatedUser | None = None,
         latency_s: float = 0.0,
         episode_timeout_s: float | None = None,
     ) -> None:
         super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
+        if user is not None and type(self).user_goal is ToolEnv.user_goal:
+            raise ValueError(
+                f"env.user is set but {type(self).__name__} has no user_goal(state): the user would not know "
+                "what they want"
+            )
         if arguments not in ARGUMENT_CHECKS:
             raise ValueError(f"env.arguments must be one of {', '.join(ARGUMENT_CHECKS)}, got {arguments!r}")
         if not isinstance(tool_parser, str) or not tool_parser:
@@ -104,6 +128,7 @@ class ToolEnv(Environment):
         self.max_turns = max_turns
         self.arguments = arguments
         self.argument_check = ARGUMENT_CHECKS[arguments]()
+        self.user = user
 
     @abc.abstractmethod
     def new_state(self, instance: Any) -> Any:
@@ -118,12 +143,24 @@ class ToolEnv(Environment):
         """The episode's first messages (OpenAI-style dicts, e.g. `[{"role": "user", "content": ...}]`)."""
 
     @abc.abstractmethod
-    def grade(self, state: Any, transcript: list[dict[str, Any]]) -> Grade:
-        """The episode's reward and success, from its final state and its messages."""
+    def grade(self, ending: Ending) -> Grade:
+        """The episode's reward and success, from how it ended (its instance, final state, messages and reason)."""
 
     def finished(self, state: Any) -> bool:
-        """Whether the episode ends after the current turn (False by default: a turn without a call ends it)."""
+        """Whether the episode ends after the current turn (False by default)."""
         return False
+
+    def user_goal(self, state: Any) -> UserGoal:
+        """What the user wants and knows in the episode of `state` (tasks with a `user` give it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no user")
+
+    def start(self, make_engine=None) -> None:
+        if self.user is not None:
+            self.user.start(make_engine)
+
+    def close(self) -> None:
+        if self.user is not None:
+            self.user.close()
 
     def new_episode(self, instance: Any) -> ToolEpisode:
         return ToolEpisode(self, instance)
@@ -178,24 +215,40 @@ class ToolEpisode:
             answers = [
                 ToolMessage("Error: the tool call could not be parsed (write it as valid JSON)", error=UNPARSABLE)
             ]
-        elif not turn.calls:
-            return self._end(terminated=True, answers=[])
-        else:
+        elif turn.calls:
             answers = [await self._run(call) for call in turn.calls]
+        elif self.env.user is None:
+            return self._end(endings.NO_CALL, answers=[])
+        else:
+            reply = self.env.user.reply(self.env.user_goal(self.state), conversation_of(self.transcript))
+            reply = await reply if inspect.isawaitable(reply) else reply  # a user may answer sync or async
+            if reply is None:
+                return self._end(endings.USER_ENDED, answers=[])
+            answers = [UserMessage(reply)]
         self.transcript += [answer.message() for answer in answers]
-        if self.env.finished(self.state) or self.turns >= self.env.max_turns:
-            return self._end(terminated=self.env.finished(self.state), answers=answers)
+        if self.env.finished(self.state):
+            return self._end(endings.FINISHED, answers=answers)
+        if self.turns >= self.env.turn_limit(self.instance):
+            return self._end(endings.TURNS, answers=answers)
         return Transition(answers, self._penalty(answers), terminated=False, truncated=False, info=_counts(answers))
 
-    def _end(self, terminated: bool, answers: list[ToolMessage]) -> Transition:
-        reward, success = self.env.grade(self.state, list(self.transcript))
+    def cut_off(self, reason: str) -> Transition | None:
+        """The episode's grade when the run stopped it (`endings.CONTEXT` or `endings.TIMEOUT`), for a
+        task that grades cut-offs; None (nothing added) for one that does not."""
+        return self._end(reason, answers=[]) if self.env.grades_cut_offs else None
+
+    def _end(self, reason: str, answers: list[ToolMessage | UserMessage]) -> Transition:
+        ending = Ending(self.instance, self.state, list(self.transcript), reason)
+        reward, success = self.env.grade(ending)
         info = {**_counts(answers), "success": bool(success)}
+        terminated = not ending.cut_off
         return Transition(
             answers, float(reward) + self._penalty(answers), terminated=terminated, truncated=not terminated, info=info
         )
 
-    def _penalty(self, answers: list[ToolMessage]) -> float:
-        return self.env.call_error_reward * sum(answer.error not in (None, TIMEOUT) for answer in answers)
+    def _penalty(self, answers: list[ToolMessage | UserMessage]) -> float:
+        calls = [answer for answer in answers if isinstance(answer, ToolMessage)]
+        return self.env.call_error_reward * sum(answer.error not in (None, TIMEOUT) for answer in calls)
 
     async def _run(self, call: ToolCall) -> ToolMessage:
         tool = self.tools.get(call.name)
@@ -242,9 +295,10 @@ def _as_text(result: Any) -> str:
         return str(result)
 
 
-def _counts(answers: list[ToolMessage]) -> dict[str, dict[str, int]]:
+def _counts(answers: list[ToolMessage | UserMessage]) -> dict[str, dict[str, int]]:
     """A turn's calls by tool, its errors by reason and its calls whose arguments a lenient check
     took from strings, by tool (the runner adds them up per episode)."""
+    answers = [answer for answer in answers if isinstance(answer, ToolMessage)]
     # By the tools of the task only: a name the model made up is an error, not a new metric.
     calls = Counter(answer.name for answer in answers if answer.name is not None and answer.error != UNKNOWN_TOOL)
     errors = Counter(answer.error for answer in answers if answer.error is not None)

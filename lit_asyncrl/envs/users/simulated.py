@@ -8,11 +8,14 @@ it its own goal and the conversation so far.
 
 - `CooperativeUser` answers by rule from the goal's own answers: offline, instant, deterministic,
   and what the tasks' scripted demonstrations show.
+- `ScriptedUser` says the goal's written turns in order, then ends the conversation (a dataset's
+  follow-up requests, a benchmark's scripted user).
 - `LLMUser` (`lit_asyncrl.envs.users.llm_user`) lets a frozen language model on its own vLLM engine
   play the user from the goal's instructions, as tau2 does with a hosted model.
 
 `reply` is a coroutine: an episode awaits it on the engine's event loop, so a user that takes its
-time (a model generating) holds up only its own episode.
+time (a model generating) holds up only its own episode. It answers one line of text, or None when
+the user ends the conversation (a tool task's episode then ends; `envs/tools/user_turns.py`).
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ class SimulatedUser(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def reply(self, goal: UserGoal, conversation: Sequence[Message]) -> str:
-        """The user's next message: one line of text. `conversation` ends with the agent's message."""
+    async def reply(self, goal: UserGoal, conversation: Sequence[Message]) -> str | None:
+        """The user's next message (one line of text), or None to end the conversation.
+        `conversation` ends with the agent's message."""
 
 
 class CooperativeUser(SimulatedUser):
@@ -69,3 +73,14 @@ class CooperativeUser(SimulatedUser):
         if not conversation or conversation[-1].speaker != "agent":
             raise ValueError("CooperativeUser.reply: the conversation must end with the agent's message")
         return goal.answer(conversation[-1].text)
+
+
+class ScriptedUser(SimulatedUser):
+    """A user who says the goal's written turns (`goal.script`, a sequence of strings) in order, one
+    per agent message after the opening, and ends the conversation once they are said."""
+
+    async def reply(self, goal: UserGoal, conversation: Sequence[Message]) -> str | None:
+        if not conversation or conversation[-1].speaker != "agent":
+            raise ValueError("ScriptedUser.reply: the conversation must end with the agent's message")
+        answered = sum(message.speaker == "agent" for message in conversation) - 1
+        return goal.script[answered] if answered < len(goal.script) else None

@@ -54,7 +54,9 @@ async def play_episode(
     trajectory's own ids, never a re-tokenized conversation); the engine may swap weights in the
     middle of a turn, in which case the turn's tokens carry two versions (a partial rollout).
     An episode that outlives `env.episode_timeout_s` ends there, keeping its tokens and the reward
-    it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far. An
+    it had (`trajectory.timed_out`); a turn cut short keeps the versions streamed so far. An episode
+    the run stopped (timeout, full context, turn limit) before the task ended it is told so through
+    its `cut_off(reason)`, when it has one, and the Transition it answers is added (a graded cut-off). An
     environment call that raises, or answers with something that is not a Transition or cannot be
     encoded, ends the episode as failed (`trajectory.env_failure`): the environment's fault, not the
     agent's, so the producer drops it with that reason instead of training on it. Errors of the
@@ -65,11 +67,18 @@ async def play_episode(
     episode = env.new_episode(instance)
     started = time.monotonic()
     try:
-        async with asyncio.timeout(env.episode_timeout_s):
-            replay = EpisodeReplay(settings.recorded) if settings.recorded is not None else None
-            await _play_turns(engine, env, episode, episode_format, trajectory, settings, replay)
-    except TimeoutError:
-        trajectory.timed_out = True
+        ended_by_task = False
+        try:
+            async with asyncio.timeout(env.episode_timeout_s):
+                turn_limit = env.turn_limit(instance)
+                ended_by_task = await _play_turns(
+                    engine, env, episode, episode_format, trajectory, settings, turn_limit
+                )
+        except TimeoutError:
+            trajectory.timed_out = True
+        cut_off = "timeout" if trajectory.timed_out else trajectory.cut_off
+        if cut_off is not None and not ended_by_task and trajectory.committed > 0:  # opened, then stopped by the run
+            await _cut_off(settings.call_env, env, episode, trajectory, cut_off)
     except EnvironmentFailure as failure:
         trajectory.env_failure = failure.reason
         trajectory.env_failure_message = str(failure)
@@ -123,6 +132,24 @@ async def _env_call(call_env: EnvCaller, env: Environment, method: Any, *args: A
         raise EnvironmentFailure("env_error", f"{type(env).__name__}.{method.__name__} raised {error!r}") from error
 
 
+async def _cut_off(
+    call_env: EnvCaller, env: Environment, episode: TextEnv, trajectory: Trajectory, reason: str
+) -> None:
+    """Tell an episode the run stopped it for `reason`, when it asks to be told (`cut_off`), and add what it answers."""
+    cut_off = getattr(episode, "cut_off", None)
+    if not callable(cut_off):
+        return
+    result = await _env_call(call_env, env, cut_off, reason)
+    if result is not None:
+        _add_transition(trajectory, _as_transition(result, env))
+
+
+def _add_transition(trajectory: Trajectory, result: Transition) -> None:
+    trajectory.reward += float(result.reward)
+    trajectory.success = trajectory.success or result.success
+    trajectory.record_step_info(result.info)
+
+
 async def _play_turns(
     engine: Engine,
     env: Environment,
@@ -130,19 +157,21 @@ async def _play_turns(
     episode_format: EpisodeFormat,
     trajectory: Trajectory,
     settings: EpisodeSettings,
-    replay: EpisodeReplay | None,
-) -> None:
+    turn_limit: int,
+) -> bool:
+    """Play the episode's turns; True when the task ended it, False when the run did (`trajectory.cut_off`)."""
+    replay = EpisodeReplay(settings.recorded) if settings.recorded is not None else None
     first_observation = await _env_call(settings.call_env, env, episode.reset, settings.seed)
     await asyncio.sleep(env.latency_s)  # simulated latency holds no worker
     _add_observation(episode_format.open, episode_format.opening_types, trajectory, first_observation, env)
     trajectory.committed = len(trajectory.token_ids)
     if replay is not None:
         replay.check(trajectory)
-    for index in range(env.max_turns):
+    for index in range(turn_limit):
         room = settings.max_context - len(trajectory.token_ids)
         if room < 1:
             trajectory.cut_off = "context"
-            return
+            return False
         trajectory.turn_starts.append(len(trajectory.token_ids))
         recorded = replay.turn(trajectory, index) if replay is not None else None
         turn = await _take_turn(
@@ -156,17 +185,16 @@ async def _play_turns(
             await _env_call(settings.call_env, env, episode.step, episode_format.action(turn.token_ids)), env
         )
         await asyncio.sleep(env.latency_s)
-        trajectory.reward += float(result.reward)
-        trajectory.success = trajectory.success or result.success
-        trajectory.record_step_info(result.info)
+        _add_transition(trajectory, result)
         if result.terminated or result.truncated:
-            return
+            return True
         add = episode_format.add_observation
         _add_observation(add, episode_format.observation_types, trajectory, result.observation, env)
         trajectory.committed = len(trajectory.token_ids)
         if replay is not None:
             replay.check(trajectory)
     trajectory.cut_off = trajectory.cut_off or "turns"
+    return False
 
 
 async def _take_turn(

@@ -26,7 +26,9 @@ class ScriptedPlay:
         ended: whether the task ended the episode (terminated or truncated) by the last scripted turn.
         opening: what the episode showed first (`reset`: text, chat messages, or a tool task's opening).
         exchanges: each model turn as scripted, with the task's answer to it (text, or a tool task's
-            `ToolMessage`s); turns after the episode ended are not played.
+            `ToolMessage`s and `UserMessage`s); turns after the episode ended are not played.
+        transcript: a tool task's messages as its grader read them (OpenAI-style, the opening
+            included); None for other tasks.
     """
 
     reward: float
@@ -34,6 +36,7 @@ class ScriptedPlay:
     ended: bool
     opening: Any
     exchanges: list[tuple[str, Any]]
+    transcript: list[dict[str, Any]] | None = None
 
 
 def play_scripted(
@@ -43,13 +46,16 @@ def play_scripted(
     tool_parser: str = "hermes",
     tokenizer: Any = None,
     seed: int = 0,
+    cut_off: str | None = None,
 ) -> ScriptedPlay:
     """Play `model_turns` (raw model text, one per agent turn) through an episode of `instance`.
 
     A tool task (`ToolEnv`) reads each turn with vLLM's tool parser `tool_parser` (what the run's
     `env.tool_parser` names) over `tokenizer` (the model's; None: the tiny policy's character tokenizer,
     which serves parsers whose call markers are plain text, as Hermes' are); any other task takes the
-    text as it is. A mixture plays the instance with the task it belongs to.
+    text as it is. A mixture plays the instance with the task it belongs to. With `cut_off` (`"context"`,
+    `"turns"` or `"timeout"`), an episode still going after the last scripted turn is stopped as a run
+    stops one for that reason (`cut_off(reason)`, which a task that grades cut-offs answers with a grade).
     """
     played = task.task_of(instance)
     parse = _turn_reader(played.env, tool_parser, tokenizer)
@@ -68,7 +74,14 @@ def play_scripted(
             if transition.done:
                 ended = True
                 break
-        return ScriptedPlay(reward, success, ended, opening, exchanges)
+        stop = getattr(episode, "cut_off", None)
+        if not ended and cut_off is not None and callable(stop):
+            transition = await _settled(stop(cut_off))
+            ended = True
+            if transition is not None:
+                reward += transition.reward
+                success = transition.success
+        return ScriptedPlay(reward, success, ended, opening, exchanges, getattr(episode, "transcript", None))
 
     return asyncio.run(play())
 

@@ -7,15 +7,16 @@ the ids the trainer scores are exactly the ids the engine saw.
 Chat models. The opening is rendered once per episode with the tools' schemas: through the chat
 template's `tools=` where the template renders them (Qwen2.5/Qwen3, Llama 3.x, Hermes), otherwise
 (e.g. SmolLM2) appended to the system message in the Hermes format (`hermes_tools_prompt`), with
-each turn's answers then sent back as one user message of `<tool_response>` blocks. A demonstrated
-turn is the template's own rendering of the calls (the Hermes format in the fallback), checked to
-parse back to the same calls.
+each turn's answers then sent back as one user message of `<tool_response>` blocks. The task's user,
+when it answers a turn without a call, speaks in a user message of its own in both (never inside
+`<tool_response>`). A demonstrated turn is the template's own rendering of the calls (the Hermes
+format in the fallback), checked to parse back to the same calls.
 
 Plain-text policies (the built-in tiny one: a character vocabulary and 1,024 positions). No schemas
-(such a policy learns its tools from demonstrations), the opening's messages and each answer as a
-line of their own, and calls in the Hermes format without whitespace, ended by the task's stop text:
-`<tool_call>{"name":"look","arguments":{"order_id":42}}</tool_call>` then a newline. vLLM's
-`hermes` parser reads them, so this rendering needs `tool_parser=hermes`.
+(such a policy learns its tools from demonstrations), the opening's messages and each answer (a
+tool's or the user's) as a line of their own, and calls in the Hermes format without whitespace,
+ended by the task's stop text: `<tool_call>{"name":"look","arguments":{"order_id":42}}</tool_call>` then a
+newline. vLLM's `hermes` parser reads them, so this rendering needs `tool_parser=hermes`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 import logging
 from typing import Any
 
-from lit_asyncrl.envs.tools import AssistantTurn, ToolCall, ToolEnv, ToolMessage, ToolOpening
+from lit_asyncrl.envs.tools import AssistantTurn, ToolCall, ToolEnv, ToolMessage, ToolOpening, UserMessage
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat, PlainFormat
 from lit_asyncrl.rollout.records import Trajectory
 
@@ -149,7 +150,7 @@ class ChatToolFormat(ChatTemplateFormat):
             text = self._render(([{"role": "system", "content": content}] if content else []) + rest, True)
         trajectory.extend_context(self._encode(text, "reset"))
 
-    def add_observation(self, trajectory: Trajectory, answers: list[ToolMessage]) -> None:
+    def add_observation(self, trajectory: Trajectory, answers: list[ToolMessage | UserMessage]) -> None:
         if self.template_renders_tools:
             extended = self._render([*self._earlier, *(answer.message() for answer in answers)], True)
             if not extended.startswith(self._earlier_rendered):
@@ -159,12 +160,18 @@ class ChatToolFormat(ChatTemplateFormat):
                 )
             text = self._after_end_of_turn + extended[len(self._earlier_rendered) :]
         else:
-            before, after = self._answers["user"][1]
-            responses = "\n".join(f"<tool_response>\n{answer.content}\n</tool_response>" for answer in answers)
-            text = self._after_end_of_turn + before + responses + after
+            text = self._after_end_of_turn + self._hermes_message(answers)
         closed = trajectory.token_ids and trajectory.token_ids[-1] == self.end_of_turn_id
         ids = self._encode(text, "step")
         trajectory.extend_context(ids if closed else [self.end_of_turn_id, *ids])
+
+    def _hermes_message(self, answers: list[ToolMessage | UserMessage]) -> str:
+        """The fallback's user message after a turn: the user's answer as written, or the turn's tool
+        answers as `<tool_response>` blocks (an episode answers a turn with one or the other)."""
+        before, after = self._answers["user"][1]
+        if len(answers) == 1 and isinstance(answers[0], UserMessage):
+            return before + answers[0].content + after
+        return before + "\n".join(f"<tool_response>\n{answer.content}\n</tool_response>" for answer in answers) + after
 
     def action(self, turn_ids: list[int]) -> AssistantTurn:
         return self.parser.parse_turn(turn_ids, self.stop_token_ids)
@@ -216,7 +223,7 @@ class CompactToolFormat(PlainFormat):
         lines = "".join(f"{message['content']}\n" for message in opening.messages if message["role"] != "system")
         trajectory.extend_context([self.tokenizer.bos_token_id, *self._encode(lines, "reset")])
 
-    def add_observation(self, trajectory: Trajectory, answers: list[ToolMessage]) -> None:
+    def add_observation(self, trajectory: Trajectory, answers: list[ToolMessage | UserMessage]) -> None:
         trajectory.extend_context(self._encode("".join(f"{answer.content}\n" for answer in answers), "step"))
 
     def action(self, turn_ids: list[int]) -> AssistantTurn:

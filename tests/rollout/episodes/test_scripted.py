@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from lit_asyncrl.envs import GuessNumberEnv, MixInstance, TaskMix
-from lit_asyncrl.envs.tools import Grade, ToolEnv, ToolMessage
+from lit_asyncrl.envs.tools import Ending, Grade, ToolEnv, ToolMessage
 from lit_asyncrl.rollout import play_scripted
 from tests.support.xdist_groups import imports_vllm
 
@@ -40,8 +40,8 @@ class TallyTask(ToolEnv):
     def opening(self, instance: int) -> list[dict]:
         return [{"role": "user", "content": f"reach {instance}"}]
 
-    def grade(self, state: Tally, transcript: list[dict]) -> Grade:
-        return Grade(1.0 if state.total == 5 else 0.0, state.total == 5)
+    def grade(self, ending: Ending) -> Grade:
+        return Grade(1.0 if ending.state.total == 5 else 0.0, ending.state.total == 5)
 
 
 def call(amount: int) -> str:

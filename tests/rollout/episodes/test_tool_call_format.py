@@ -19,30 +19,12 @@ from lit_asyncrl.rollout.episodes.runner import EpisodeSettings, play_episode
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat, CompactToolFormat, hermes_tools_prompt
 from lit_asyncrl.rollout.records import Trajectory
-from tests.support.chat_templates import CHATML, chat_tokenizer
+from tests.support.chat_templates import CHATML, TOOLS_TEMPLATE, chat_tokenizer
 from tests.support.scripted_engine import scripted_engine
 from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 
-# Renders tools and tool messages itself, Qwen2.5-style: schemas in the system message, calls as
-# <tool_call> blocks, consecutive tool messages grouped into one user message of <tool_response>s.
-TOOLS_TEMPLATE = (
-    "{% if tools %}{{ '<|im_start|>system\\n' }}{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] + '\\n' }}{% endif %}"
-    "{{ 'TOOLS:' }}{% for tool in tools %}{{ ' ' + tool['function']['name'] }}{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
-    "{% for message in messages %}"
-    "{% if message['role'] == 'system' %}{% if not tools %}{{ '<|im_start|>system\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}"
-    "{% elif message['role'] == 'tool' %}"
-    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{ '<|im_start|>user' }}{% endif %}"
-    "{{ '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
-    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{ '<|im_end|>\\n' }}{% endif %}"
-    "{% elif message['role'] == 'assistant' %}{{ '<|im_start|>assistant\\n' + message['content'] }}"
-    "{% for call in message.get('tool_calls', []) %}{{ '<tool_call>\\n{\"name\": \"' + call['function']['name'] + '\", \"arguments\": ' + (call['function']['arguments'] | tojson) + '}\\n</tool_call>' }}{% endfor %}"
-    "{{ '<|im_end|>\\n' }}"
-    "{% else %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 INSTANCE = DeskInstance(orders=(Order(42, "mug", "delivered", 12),), request="refund", order_id=42)
 LOOK = AssistantTurn("", (ToolCall("look", {"order_id": 42}),))
 ANSWERS = [ToolMessage("42 mug delivered 12d", "look"), ToolMessage("ok", "refund")]
