@@ -1,10 +1,12 @@
-"""avg@k and pass@k over held-out instances, as torchmetrics metrics (sum states: exact under DDP).
+"""avg@k, pass@k and pass^k over held-out instances, as torchmetrics metrics (sum states: exact under DDP).
 
 With n sampled episodes per instance of which c succeed:
 - avg@k is the expected success of one sample, estimated by c / n (the same for every k <= n);
 - pass@k is the probability that at least one of k samples succeeds, estimated without bias by
-  1 - C(n - c, k) / C(n, k) (Chen et al., 2021), not by the biased 1 - (1 - c/n)^k.
-Both are averaged over instances.
+  1 - C(n - c, k) / C(n, k) (Chen et al., 2021), not by the biased 1 - (1 - c/n)^k;
+- pass^k is the probability that all k samples succeed (tau-bench's reliability measure, as tau2
+  reports it), estimated without bias by C(c, k) / C(n, k).
+Each is averaged over instances.
 """
 
 from __future__ import annotations
@@ -30,6 +32,19 @@ def pass_at_k(successes: torch.Tensor, k: int) -> torch.Tensor:
         i = torch.arange(failed + 1, n + 1, dtype=torch.float64)
         values.append(float(1.0 - torch.prod(1.0 - k / i)))
     return torch.tensor(values, dtype=torch.float64)
+
+
+def pass_hat_k(successes: torch.Tensor, k: int) -> torch.Tensor:
+    """Unbiased pass^k of each row of `successes` [N, n] (0/1 values, n >= k); returns [N].
+
+    C(c, k)/C(n, k) = prod_{i=0}^{k-1} (c - i)/(n - i), which is 0 as soon as c < k.
+    """
+    n = successes.shape[-1]
+    if not 1 <= k <= n:
+        raise ValueError(f"pass^k needs 1 <= k <= n samples, got k={k}, n={n}")
+    succeeded = successes.sum(dim=-1).double().unsqueeze(-1)  # c, as a column
+    i = torch.arange(k, dtype=torch.float64)
+    return torch.prod((succeeded - i).clamp(min=0.0) / (n - i), dim=-1)
 
 
 class _InstanceMean(Metric):
@@ -69,8 +84,19 @@ class PassAtK(_InstanceMean):
         self._add(pass_at_k(successes, self.k))
 
 
+class PassHatK(_InstanceMean):
+    """pass^k (every one of k samples succeeds) with the unbiased estimator, averaged over instances."""
+
+    def __init__(self, k: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.k = k
+
+    def update(self, successes: torch.Tensor) -> None:
+        self._add(pass_hat_k(successes, self.k))
+
+
 class HeldOutMetrics(torch.nn.Module):
-    """avg@k, pass@k and greedy success of a validation, overall and per task of a mixture.
+    """avg@k, pass@k, pass^k and greedy success of a validation, overall and per task of a mixture.
 
     `update` takes one chunk of held-out instances: `success` [N, n] (n sampled episodes each),
     `greedy_success` [N] and, for a mixture, `task_ids` [N] indexing `task_names`. Every rank
@@ -84,14 +110,22 @@ class HeldOutMetrics(torch.nn.Module):
         # "all" for every instance, "task_<name>" for a task's (the prefix keeps a task named "all" apart).
         self.groups = torch.nn.ModuleDict(
             {
-                name: torch.nn.ModuleDict({"avg": AvgAtK(), "pass": PassAtK(k), "greedy": MeanMetric()})
+                name: torch.nn.ModuleDict(
+                    {"avg": AvgAtK(), "pass": PassAtK(k), "pass_hat": PassHatK(k), "greedy": MeanMetric()}
+                )
                 for name in ("all", *(f"task_{task}" for task in self.task_names))
             }
         )
 
     def _key(self, group: str, metric: str) -> str:
         prefix = "val/" if group == "all" else f"val/{group.removeprefix('task_')}/"
-        return prefix + {"avg": f"avg@{self.k}", "pass": f"pass@{self.k}", "greedy": "greedy_success"}[metric]
+        names = {
+            "avg": f"avg@{self.k}",
+            "pass": f"pass@{self.k}",
+            "pass_hat": f"pass^{self.k}",
+            "greedy": "greedy_success",
+        }
+        return prefix + names[metric]
 
     def update(
         self, success: torch.Tensor, greedy_success: torch.Tensor, task_ids: torch.Tensor | None = None
@@ -108,6 +142,7 @@ class HeldOutMetrics(torch.nn.Module):
                 continue
             metrics["avg"].update(success[rows])
             metrics["pass"].update(success[rows])
+            metrics["pass_hat"].update(success[rows])
             metrics["greedy"].update(greedy_success[rows])
             updated.update({self._key(group, name): (metric, count) for name, metric in metrics.items()})
         return updated

@@ -1,9 +1,9 @@
-"""avg@k and pass@k: hand-computed values, the unbiased estimator, summed states."""
+"""avg@k, pass@k and pass^k: hand-computed values, the unbiased estimators, summed states."""
 
 import pytest
 import torch
 
-from lit_asyncrl.eval_metrics import AvgAtK, HeldOutMetrics, PassAtK, pass_at_k
+from lit_asyncrl.eval_metrics import AvgAtK, HeldOutMetrics, PassAtK, pass_at_k, pass_hat_k
 
 
 def test_pass_at_k_matches_the_combinatorial_formula_by_hand():
@@ -63,9 +63,9 @@ def test_held_out_metrics_of_a_mixture_are_kept_per_task_and_overall():
         torch.tensor([0, 0, 1]),
     )
     assert {name: count for name, (_, count) in first.items()} == {
-        "val/avg@2": 3, "val/pass@2": 3, "val/greedy_success": 3,
-        "val/desk/avg@2": 2, "val/desk/pass@2": 2, "val/desk/greedy_success": 2,
-        "val/guess/avg@2": 1, "val/guess/pass@2": 1, "val/guess/greedy_success": 1,
+        "val/avg@2": 3, "val/pass@2": 3, "val/pass^2": 3, "val/greedy_success": 3,
+        "val/desk/avg@2": 2, "val/desk/pass@2": 2, "val/desk/pass^2": 2, "val/desk/greedy_success": 2,
+        "val/guess/avg@2": 1, "val/guess/pass@2": 1, "val/guess/pass^2": 1, "val/guess/greedy_success": 1,
     }  # fmt: skip
     # Chunk 2: one desk instance only; the game's metrics are not touched.
     second = metrics.update(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), torch.tensor([0.0]), torch.tensor([0]))
@@ -75,6 +75,8 @@ def test_held_out_metrics_of_a_mixture_are_kept_per_task_and_overall():
     assert values["val/desk/avg@2"] == pytest.approx(0.25)
     assert values["val/desk/pass@2"] == pytest.approx((5 / 6 + 0 + 1 / 2) / 3)
     assert values["val/desk/greedy_success"] == pytest.approx(1 / 3)
+    # pass^2 = C(c,2)/C(4,2): 1/6, 0, 0
+    assert values["val/desk/pass^2"] == pytest.approx((1 / 6) / 3)
     assert (
         values["val/guess/avg@2"] == 1.0
         and values["val/guess/pass@2"] == 1.0
@@ -89,5 +91,15 @@ def test_held_out_metrics_of_a_mixture_are_kept_per_task_and_overall():
 def test_held_out_metrics_of_a_single_task_have_only_the_overall_names():
     metrics = HeldOutMetrics(4)
     updated = metrics.update(torch.tensor([[1.0, 0.0, 0.0, 0.0]]), torch.tensor([1.0]))
-    assert set(updated) == {"val/avg@4", "val/pass@4", "val/greedy_success"}
-    assert metrics.compute() == {"val/avg@4": 0.25, "val/pass@4": 1.0, "val/greedy_success": 1.0}
+    assert set(updated) == {"val/avg@4", "val/pass@4", "val/pass^4", "val/greedy_success"}
+    assert metrics.compute() == {"val/avg@4": 0.25, "val/pass@4": 1.0, "val/pass^4": 0.0, "val/greedy_success": 1.0}
+
+
+def test_pass_hat_k_is_every_sample_succeeding_by_hand():
+    # tau-bench's pass^k: C(c, k) / C(n, k) per instance.
+    successes = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    assert pass_hat_k(successes, 1).tolist() == [0.75, 1.0, 0.25]  # the success rate
+    assert pass_hat_k(successes, 2).tolist() == pytest.approx([3 / 6, 1.0, 0.0])  # C(3,2)/C(4,2); C(1,2) = 0
+    assert pass_hat_k(successes, 4).tolist() == [0.0, 1.0, 0.0]  # all four, only the second
+    with pytest.raises(ValueError, match="pass\\^k needs 1 <= k <= n"):
+        pass_hat_k(successes, 5)

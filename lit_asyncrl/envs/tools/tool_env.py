@@ -39,9 +39,11 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import dataclasses
 import inspect
 import json
 from collections import Counter
+from collections.abc import Awaitable
 from typing import Any, NamedTuple
 
 from lit_asyncrl.envs.base import Environment, Transition
@@ -178,7 +180,9 @@ class ToolEnv(Environment):
 
 
 async def _reset_then(episode: ToolEpisode, plays: list[list[ToolCall]], turns: list) -> None:
-    episode.reset()
+    opening = episode.reset()
+    if inspect.isawaitable(opening):
+        await opening
     for calls in plays:
         turn = AssistantTurn("", tuple(calls))
         result = await episode.step(turn)
@@ -203,10 +207,27 @@ class ToolEpisode:
         self.transcript: list[dict[str, Any]] = []
         self.turns = 0
 
-    def reset(self, seed: int | None = None) -> ToolOpening:
+    def reset(self, seed: int | None = None) -> ToolOpening | Awaitable[ToolOpening]:
+        """The opening; an awaitable of it when the user speaks first (the opening ends with the agent's
+        greeting, as tau2's conversations do, and the user's answer to it opens the request)."""
         messages = tuple(self.env.opening(self.instance))
         self.transcript = list(messages)
-        return ToolOpening(messages, tuple(tool.schema for tool in self.tools.values()))
+        opening = ToolOpening(messages, tuple(tool.schema for tool in self.tools.values()))
+        if self.env.user is not None and messages and messages[-1]["role"] == "assistant":
+            return self._user_opens(opening)
+        return opening
+
+    async def _user_opens(self, opening: ToolOpening) -> ToolOpening:
+        reply = await self._user_reply()
+        if reply is None:
+            raise ValueError(f"{type(self.env).__name__}: the user ended the conversation before saying anything")
+        message = UserMessage(reply).message()
+        self.transcript.append(message)
+        return dataclasses.replace(opening, messages=(*opening.messages, message))
+
+    async def _user_reply(self) -> str | None:
+        reply = self.env.user.reply(self.env.user_goal(self.state), conversation_of(self.transcript))
+        return await reply if inspect.isawaitable(reply) else reply  # a user may answer sync or async
 
     async def step(self, turn: AssistantTurn) -> Transition:
         self.turns += 1
@@ -218,28 +239,29 @@ class ToolEpisode:
         elif turn.calls:
             answers = [await self._run(call) for call in turn.calls]
         elif self.env.user is None:
-            return self._end(endings.NO_CALL, answers=[])
+            return await self._end(endings.NO_CALL, answers=[])
         else:
-            reply = self.env.user.reply(self.env.user_goal(self.state), conversation_of(self.transcript))
-            reply = await reply if inspect.isawaitable(reply) else reply  # a user may answer sync or async
+            reply = await self._user_reply()
             if reply is None:
-                return self._end(endings.USER_ENDED, answers=[])
+                return await self._end(endings.USER_ENDED, answers=[])
             answers = [UserMessage(reply)]
         self.transcript += [answer.message() for answer in answers]
         if self.env.finished(self.state):
-            return self._end(endings.FINISHED, answers=answers)
+            return await self._end(endings.FINISHED, answers=answers)
         if self.turns >= self.env.turn_limit(self.instance):
-            return self._end(endings.TURNS, answers=answers)
+            return await self._end(endings.TURNS, answers=answers)
         return Transition(answers, self._penalty(answers), terminated=False, truncated=False, info=_counts(answers))
 
-    def cut_off(self, reason: str) -> Transition | None:
+    async def cut_off(self, reason: str) -> Transition | None:
         """The episode's grade when the run stopped it (`endings.CONTEXT` or `endings.TIMEOUT`), for a
         task that grades cut-offs; None (nothing added) for one that does not."""
-        return self._end(reason, answers=[]) if self.env.grades_cut_offs else None
+        return await self._end(reason, answers=[]) if self.env.grades_cut_offs else None
 
-    def _end(self, reason: str, answers: list[ToolMessage | UserMessage]) -> Transition:
+    async def _end(self, reason: str, answers: list[ToolMessage | UserMessage]) -> Transition:
         ending = Ending(self.instance, self.state, list(self.transcript), reason)
-        reward, success = self.env.grade(ending)
+        # In a thread: a grader may take its time (tau2's evaluator replays the conversation on fresh
+        # databases), and the engine's loop streams every other episode meanwhile.
+        reward, success = await asyncio.to_thread(self.env.grade, ending)
         info = {**_counts(answers), "success": bool(success)}
         terminated = not ending.cut_off
         return Transition(
