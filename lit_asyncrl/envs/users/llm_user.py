@@ -41,8 +41,9 @@ class LLMUser(SimulatedUser):
         max_model_len: the user engine's context in tokens (instructions plus the conversation).
         kv_cache_gib: the user engine's KV cache in GiB (fixed, so two engines fit beside each other).
         seed: the user engine's sampling seed.
-        end_marker: text with which the user model ends the conversation (tau2's users write
-            `###STOP###`): a reply that contains it answers None; None = the user never ends it.
+        end_markers: texts with which the user model ends the conversation (tau2's users write
+            `###STOP###`, `###TRANSFER###` or `###OUT-OF-SCOPE###`): a reply that contains one answers
+            None; none (the default) = the user never ends it.
     """
 
     def __init__(
@@ -54,7 +55,7 @@ class LLMUser(SimulatedUser):
         max_model_len: int = 512,
         kv_cache_gib: float = 0.25,
         seed: int = 0,
-        end_marker: str | None = None,
+        end_markers: Sequence[str] = (),
     ) -> None:
         if isinstance(max_reply_tokens, bool) or not isinstance(max_reply_tokens, int) or max_reply_tokens < 1:
             raise ValueError(f"env.user.max_reply_tokens must be an integer >= 1, got {max_reply_tokens!r}")
@@ -69,8 +70,8 @@ class LLMUser(SimulatedUser):
             )
         if not kv_cache_gib > 0:
             raise ValueError(f"env.user.kv_cache_gib must be > 0, got {kv_cache_gib}")
-        if end_marker is not None and (not isinstance(end_marker, str) or not end_marker.strip()):
-            raise ValueError(f"env.user.end_marker must be a non-blank string or null, got {end_marker!r}")
+        if isinstance(end_markers, str) or any(not isinstance(m, str) or not m.strip() for m in end_markers):
+            raise ValueError(f"env.user.end_markers must be a list of non-blank strings, got {end_markers!r}")
         self.model = model
         self.max_reply_tokens = max_reply_tokens
         self.temperature = float(temperature)
@@ -78,7 +79,7 @@ class LLMUser(SimulatedUser):
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
         self.seed = seed
-        self.end_marker = end_marker
+        self.end_markers = tuple(end_markers)
         self._engine: Any = None
         self._tokenizer: Any = None
         self._stop_ids: list[int] = []
@@ -131,7 +132,7 @@ class LLMUser(SimulatedUser):
         )
         turn = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(request, engine.loop))
         text = self._tokenizer.decode(turn.token_ids, skip_special_tokens=True)
-        return None if self.end_marker is not None and self.end_marker in text else text
+        return None if any(marker in text for marker in self.end_markers) else text
 
 
 def user_prompt_ids(tokenizer: Any, instructions: str, conversation: Sequence[Message]) -> list[int]:
