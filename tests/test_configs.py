@@ -65,6 +65,7 @@ def test_experiment_instantiates(experiment, tmp_path):
             "smollm2_dataset": 30,
             "smollm2_lora": 12,
             "smollm2_desk_tools": 6,
+            "smollm2_tau2": 3,
             "task_mix": 300,
         }.get(experiment, 500)
     )

@@ -4,7 +4,7 @@ from lit_asyncrl.envs.tools.calls import ERROR_REASONS, AssistantTurn, ToolCall,
 from lit_asyncrl.envs.tools.endings import CUT_OFFS, Ending
 from lit_asyncrl.envs.tools.tool import Tool, as_tool
 from lit_asyncrl.envs.tools.tool_env import Grade, ToolEnv, ToolEpisode
-from lit_asyncrl.envs.tools.user_turns import UserMessage
+from lit_asyncrl.envs.tools.user_turns import UserMessage, UserOpening
 
 __all__ = [
     "CUT_OFFS",
@@ -19,5 +19,6 @@ __all__ = [
     "ToolMessage",
     "ToolOpening",
     "UserMessage",
+    "UserOpening",
     "as_tool",
 ]

@@ -43,7 +43,6 @@ import dataclasses
 import inspect
 import json
 from collections import Counter
-from collections.abc import Awaitable
 from typing import Any, NamedTuple
 
 from lit_asyncrl.envs.base import Environment, Transition
@@ -62,7 +61,7 @@ from lit_asyncrl.envs.tools.calls import (
 )
 from lit_asyncrl.envs.tools.endings import Ending
 from lit_asyncrl.envs.tools.tool import Tool, as_tool
-from lit_asyncrl.envs.tools.user_turns import UserMessage, conversation_of
+from lit_asyncrl.envs.tools.user_turns import UserMessage, UserOpening, conversation_of
 from lit_asyncrl.envs.users.simulated import SimulatedUser, UserGoal
 
 
@@ -207,14 +206,14 @@ class ToolEpisode:
         self.transcript: list[dict[str, Any]] = []
         self.turns = 0
 
-    def reset(self, seed: int | None = None) -> ToolOpening | Awaitable[ToolOpening]:
-        """The opening; an awaitable of it when the user speaks first (the opening ends with the agent's
-        greeting, as tau2's conversations do, and the user's answer to it opens the request)."""
+    def reset(self, seed: int | None = None) -> ToolOpening | UserOpening:
+        """The opening; a `UserOpening` to await when the user speaks first (the opening ends with the
+        agent's greeting, as tau2's conversations do, and the user's answer to it opens the request)."""
         messages = tuple(self.env.opening(self.instance))
         self.transcript = list(messages)
         opening = ToolOpening(messages, tuple(tool.schema for tool in self.tools.values()))
         if self.env.user is not None and messages and messages[-1]["role"] == "assistant":
-            return self._user_opens(opening)
+            return UserOpening(opening, self._user_opens)
         return opening
 
     async def _user_opens(self, opening: ToolOpening) -> ToolOpening:

@@ -8,8 +8,10 @@ None (the user ends the conversation). Without a user, such a turn ends the epis
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
+from lit_asyncrl.envs.tools.calls import ToolOpening
 from lit_asyncrl.envs.users.simulated import Message
 
 
@@ -33,3 +35,16 @@ def conversation_of(transcript: list[dict[str, Any]]) -> list[Message]:
         elif message["role"] == "assistant" and not message.get("tool_calls"):
             conversation.append(Message("agent", message["content"]))
     return conversation
+
+
+class UserOpening:
+    """A tool episode's opening that the user completes (the task's opening ends with the agent's greeting):
+    awaiting it asks the user and gives the whole opening. `before_user` is the opening up to the user's
+    first words: what can be measured before any engine (a user played by a model) has started."""
+
+    def __init__(self, before_user: ToolOpening, complete: Callable[[ToolOpening], Awaitable[ToolOpening]]) -> None:
+        self.before_user = before_user
+        self._complete = complete
+
+    def __await__(self) -> Generator[Any, None, ToolOpening]:
+        return self._complete(self.before_user).__await__()

@@ -7,6 +7,7 @@ from typing import Any
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment, call_blocking
+from lit_asyncrl.envs.tools.user_turns import UserOpening
 from lit_asyncrl.rollout.episodes.formats import EpisodeFormat
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.serving.instances import training_instance
@@ -29,7 +30,9 @@ def check_context_holds_a_turn(env: Environment, episode_format: EpisodeFormat, 
     shorter, every episode would be cut inside its first answer and the run would train on stubs."""
     opening = Trajectory(group_id=-1)
     instance = training_instance(env, random.Random(seed))
-    episode_format.open(opening, call_blocking(env.new_episode(instance).reset, seed))
+    first = call_blocking(env.new_episode(instance).reset, seed)
+    # A user who speaks first is asked only once the run's engines are up: measured up to their words.
+    episode_format.open(opening, first.before_user if isinstance(first, UserOpening) else first)
     prompt = len(opening.token_ids)
     turn = env.max_turn_tokens
     if prompt + turn > max_model_len:

@@ -48,6 +48,11 @@ def replay_task(env: Tau2Env, task_id: str) -> ReplayResult:
     users = sorted({action.name for action in actions if action.requestor == "user"})
     if users:
         return ReplayResult(task_id, 0.0, f"its expected actions include the user's own ({', '.join(users)})")
+    return play_turns(env, task_id, ground_truth_turns(env, task_id))
+
+
+def play_turns(env: Tau2Env, task_id: str, turns: Sequence[AssistantTurn]) -> ReplayResult:
+    """Play the agent's `turns` through an episode of task `task_id`, graded by tau2 (with the reason below 1)."""
     episode = env.new_episode(task_id)
 
     async def play() -> tuple[float, bool]:
@@ -56,7 +61,7 @@ def replay_task(env: Tau2Env, task_id: str) -> ReplayResult:
         if inspect.isawaitable(opening):
             await opening
         reward = 0.0
-        for turn in ground_truth_turns(env, task_id):
+        for turn in turns:
             transition = await episode.step(turn)
             reward += transition.reward
             if transition.done:
