@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from torchmetrics import MeanMetric
 
@@ -27,7 +28,7 @@ from lit_asyncrl.models.lora import LoRASettings, add_adapter
 from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
 from lit_asyncrl.rollout.records import REWARD_FAILED, REWARD_VALUE
-from lit_asyncrl.scoring import live_logprobs_without_dropout, logits_to_token_logprobs, token_entropy
+from lit_asyncrl.scoring import live_logprobs_without_dropout, logits_to_token_logprobs, policy_logits, token_entropy
 
 #: Step metrics that a step may lack (besides the per-gap buckets).
 MAYBE_ABSENT = ("fidelity/version_drift_",)
@@ -206,8 +207,11 @@ class AsyncRLModule(L.LightningModule):
         }
         loss_mask = batch["loss_mask"]  # [B, T]
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
-        logits = self.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        logprobs = logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])
+        logits, start = policy_logits(self.policy, batch["input_ids"], batch["attention_mask"], loss_mask)
+        # Positions before `start` are never policy tokens: their log-probs and entropies are 0, as a
+        # sequence's first position's always were.
+        kept = logits_to_token_logprobs(logits, batch["input_ids"][:, start:], batch["temperature"], batch["top_k"])
+        logprobs = F.pad(kept, (start, 0))
         live_logprobs = live_logprobs_without_dropout(self.policy, batch, logprobs)
         ref_logprobs = self.reference.ref_logprobs(batch, live_logprobs, self.global_step)
         inputs = LossInputs(
@@ -228,7 +232,8 @@ class AsyncRLModule(L.LightningModule):
                 self.loss_fn, inputs, out.discrepancy_mask, batch, self.global_step, live_logprobs
             )
         )
-        entropy = (token_entropy(logits, batch["temperature"]) * loss_mask).sum() / loss_mask.sum().clamp(min=1)
+        token_entropies = F.pad(token_entropy(logits, batch["temperature"]), (start, 0))
+        entropy = (token_entropies * loss_mask).sum() / loss_mask.sum().clamp(min=1)
         entropy_bonus = self.hparams.entropy_coef * entropy
         if self.hparams.entropy_coef:
             entropy_bonus = entropy_bonus * self._global_batch_scale(loss_mask, "token_mean")

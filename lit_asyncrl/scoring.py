@@ -36,6 +36,29 @@ def token_logprobs(
     return logits_to_token_logprobs(logits, input_ids, temperature, top_k)
 
 
+def policy_logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor
+) -> tuple[torch.Tensor, int]:
+    """The logits a training step scores, and the position they start at.
+
+    Only positions from the one before the batch's first policy token on are kept (Hugging Face's
+    `logits_to_keep`): the opening before it is never scored, and in a long-prompt task (a tool task's
+    schemas and policy, thousands of tokens) its [positions, vocabulary] logits, their softmax and their
+    gradients would take most of the step's memory. A model without `logits_to_keep` gives all of them.
+
+    Returns:
+        ([B, T - start, V] logits of positions start..T-1, start).
+    """
+    length = input_ids.shape[1]
+    policy_positions = loss_mask.any(dim=0).nonzero()
+    start = max(int(policy_positions[0]) - 1, 0) if len(policy_positions) else 0
+    try:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=length - start).logits
+    except TypeError:  # a model of one's own without the argument
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, start:]
+    return logits, start
+
+
 def token_entropy(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """[B, T] entropy of the next-token distribution that predicted each token (entry 0 is 0)."""
     logp = F.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
