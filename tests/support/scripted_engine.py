@@ -16,7 +16,8 @@ def scripted_engine(tokenizer, turns: list[str]) -> FakeEngine:
     async def turn(engine, prompt_ids, on_tokens):
         out = ids(tokenizer, turns[len(engine.requests) - 1])
         logprobs = [-0.1] * len(out)
-        on_tokens(out, logprobs)
+        if on_tokens is not None:  # a frozen engine's caller (a user model) streams nothing
+            on_tokens(out, logprobs)
         return TurnOutput(out, logprobs, [engine.version] * len(out), "stop")
 
     return FakeEngine(turn)

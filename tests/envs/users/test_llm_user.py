@@ -13,6 +13,7 @@ from lit_asyncrl.envs.users.llm_user import user_prompt_ids
 from lit_asyncrl.envs.users.simulated import Message
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
 from tests.support.chat_templates import CHATML, chat_tokenizer
+from tests.support.scripted_engine import scripted_engine
 
 CONVERSATION = [Message("user", "refund mug"), Message("agent", "your order id?")]
 
@@ -75,3 +76,17 @@ def test_the_user_runs_on_the_engine_the_runner_makes_for_its_model_and_stops_it
     user.close()
     user.close()
     assert stopped == [True] and user.engine is None
+
+
+def test_a_reply_holding_an_end_marker_ends_the_conversation():
+    # The engine's turns are scripted (text of the tiny policy's character tokenizer).
+    user = LLMUser(model="tiny", max_model_len=300, end_markers=["###STOP###", "###TRANSFER###"])
+    user.start(lambda model: scripted_engine(build_char_tokenizer(), ["it is 42", "thanks ###STOP###"]))
+    try:
+        goal = CustomerGoal("refund", "mug", 42)
+        assert asyncio.run(user.reply(goal, CONVERSATION)) == "it is 42"
+        assert asyncio.run(user.reply(goal, CONVERSATION)) is None  # tau2's user says it is done
+    finally:
+        user.close()
+    with pytest.raises(ValueError, match=r"^env.user.end_markers must be a list of non-blank strings"):
+        LLMUser(end_markers="###STOP###")
