@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: The domains whose user needs no tools of their own. tau2's telecom users act on their phone
 #: (toggle data, reboot, pay a bill): a user here speaks, it does not call tools.
@@ -70,6 +73,15 @@ class Tau2Domain:
         environment = self.make_environment()
         self.policy: str = environment.get_policy()
         self.tool_schemas: list[dict[str, Any]] = [tool.openai_schema for tool in environment.get_tools()]
+        left_out = "".join(f"; left out {task_id}: {reason}" for task_id, reason in self.skipped.items())
+        log.info(
+            "tau2 %s: %d tasks (train split %d, test split %d)%s",
+            name,
+            len(self.tasks),
+            len(self.train_ids),
+            len(self.test_ids),
+            left_out,
+        )
 
     def agent_system_prompt(self) -> str:
         """tau2's own agent instructions around the domain's policy (what its LLM agent is told)."""
