@@ -11,6 +11,8 @@ Each is averaged over instances.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torchmetrics import MeanMetric, Metric
 
@@ -73,26 +75,29 @@ class AvgAtK(_InstanceMean):
         self._add(successes.double().mean(dim=-1))
 
 
-class PassAtK(_InstanceMean):
+class _OfKSamples(_InstanceMean):
+    """A per-instance estimate over k of the n samples (`estimate(successes, k)`), averaged over instances."""
+
+    estimate: Callable[[torch.Tensor, int], torch.Tensor]
+
+    def __init__(self, k: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.k = k
+
+    def update(self, successes: torch.Tensor) -> None:
+        self._add(type(self).estimate(successes, self.k))
+
+
+class PassAtK(_OfKSamples):
     """pass@k with the unbiased estimator, averaged over instances."""
 
-    def __init__(self, k: int, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.k = k
-
-    def update(self, successes: torch.Tensor) -> None:
-        self._add(pass_at_k(successes, self.k))
+    estimate = staticmethod(pass_at_k)
 
 
-class PassHatK(_InstanceMean):
+class PassHatK(_OfKSamples):
     """pass^k (every one of k samples succeeds) with the unbiased estimator, averaged over instances."""
 
-    def __init__(self, k: int, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.k = k
-
-    def update(self, successes: torch.Tensor) -> None:
-        self._add(pass_hat_k(successes, self.k))
+    estimate = staticmethod(pass_hat_k)
 
 
 class HeldOutMetrics(torch.nn.Module):
