@@ -11,13 +11,17 @@ from lit_asyncrl.config_dir import config_dir
 imports_vllm = pytest.mark.xdist_group("imports_vllm")
 
 
+#: The shipped tool tasks (`conf/env/<name>.yaml`); tau2's also imports tau2 (a second reason to share the worker).
+TOOL_TASKS = {"service_desk_tools", "tau2"}
+
+
 def builds_a_tool_task(overrides: list[str]) -> bool:
     """Whether a run of Hydra `overrides` plays a tool task, whose calls vLLM's tool parsers read
     (so building it imports vLLM)."""
     chosen = {token.split("=", 1)[1] for token in overrides if token.startswith(("experiment=", "env="))}
     experiments = [Path(config_dir()) / "experiment" / f"{name}.yaml" for name in chosen]
-    return "service_desk_tools" in chosen or any(
-        "/env: service_desk_tools" in path.read_text() for path in experiments if path.exists()
+    return bool(chosen & TOOL_TASKS) or any(
+        f"/env: {task}" in path.read_text() for path in experiments if path.exists() for task in TOOL_TASKS
     )
 
 
