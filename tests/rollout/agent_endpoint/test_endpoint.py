@@ -1,0 +1,121 @@
+"""The agent endpoint over a scripted engine, called with the real `openai` SDK: an agent loop that runs its
+own tool calls is recorded as one exact trajectory; requests without the run's token or with other sampling
+settings are refused; the server listens on loopback only and is gone after `stop`."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import openai
+import psutil
+import pytest
+
+from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
+from lit_asyncrl.rollout.episodes.for_task import episode_format_for
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
+from tests.support.chat_templates import CHATML, chat_tokenizer
+from tests.support.scripted_engine import scripted_engine
+from tests.support.shopping_task import ShoppingTask, add
+from tests.support.xdist_groups import imports_vllm
+
+pytestmark = imports_vllm
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Put an item in the basket.",
+            "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
+        },
+    }
+]
+TURNS = [add("mug") + "<|im_end|>", "Your mug is in.<|im_end|>"]
+
+
+@pytest.fixture
+def endpoint():
+    tokenizer = chat_tokenizer(CHATML)
+    engine = scripted_engine(tokenizer, TURNS)
+    served = AgentEndpoint(
+        engine,
+        episode_format_for(tokenizer, ShoppingTask()),
+        SamplingSettings(temperature=0.7, top_k=-1),
+        max_context=8192,
+        max_turn_tokens=128,
+    )
+    served.start()
+    yield tokenizer, engine, served
+    served.stop()
+    engine.shutdown()
+
+
+def agent(client: openai.OpenAI) -> list[str]:
+    """A tool-using agent as a user writes one: call the model until it answers without a call."""
+    basket: list[str] = []
+    messages = [{"role": "user", "content": "add a mug"}]
+    while True:
+        reply = client.chat.completions.create(model="anything", messages=messages, tools=TOOLS, temperature=0.7)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return basket + [message.content]
+        for call in message.tool_calls:
+            basket.append(json.loads(call.function.arguments)["item"])
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": f"{len(basket)} in the basket"})
+
+
+def test_an_agent_loop_is_recorded_as_one_trajectory_of_exactly_the_engines_ids(endpoint):
+    tokenizer, engine, served = endpoint
+    url = served.open_episode(group_id=7)
+    assert url.startswith(f"http://127.0.0.1:{served.port}/episodes/")
+    assert agent(openai.OpenAI(base_url=url, api_key=served.token)) == ["mug", "Your mug is in."]
+    (segment,) = served.close_episode(url).segments
+    assert segment.group_id == 7 and segment.num_turns == 2
+    policy = [token for token, mine in zip(segment.token_ids, segment.loss_mask) if mine]
+    assert tokenizer.decode(policy, skip_special_tokens=False) == "".join(TURNS)
+    first, second = engine.requests
+    assert segment.token_ids[: len(second["prompt"])] == second["prompt"]  # the second call continued the first
+    assert second["prompt"][: len(first["prompt"])] == first["prompt"]
+    assert (first["temperature"], first["top_k"], first["max_tokens"]) == (0.7, -1, 128)
+
+
+def test_requests_without_the_token_or_with_other_sampling_are_refused(endpoint):
+    _, engine, served = endpoint
+    url = served.open_episode(group_id=0)
+    ask = [{"role": "user", "content": "add a mug"}]
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=url, api_key="not-the-token").chat.completions.create(model="m", messages=ask)
+    client = openai.OpenAI(base_url=url, api_key=served.token, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match=r"temperature=0.2 differs from the run's 0.7"):
+        client.chat.completions.create(model="m", messages=ask, temperature=0.2)
+    with pytest.raises(openai.BadRequestError, match=r"n=2 is not served"):
+        client.chat.completions.create(model="m", messages=ask, n=2)
+    with pytest.raises(openai.NotFoundError):
+        openai.OpenAI(
+            base_url=url.replace("/episodes/", "/episodes/x"), api_key=served.token, max_retries=0
+        ).chat.completions.create(model="m", messages=ask)
+    assert engine.requests == []  # nothing was sampled for a refused request
+
+
+def test_the_endpoint_listens_on_loopback_only_and_stops():
+    tokenizer = chat_tokenizer(CHATML)
+    engine = scripted_engine(tokenizer, TURNS)
+    served = AgentEndpoint(engine, episode_format_for(tokenizer, ShoppingTask()), SamplingSettings(1.0, -1), 512, 16)
+    served.start()
+    try:
+        interfaces = psutil.net_if_addrs().values()
+        others = {a.address for addresses in interfaces for a in addresses if a.family == socket.AF_INET} - {
+            "127.0.0.1"
+        }
+        for address in others:  # the machine's other addresses (here: its network interface's)
+            with pytest.raises(OSError):
+                socket.create_connection((address, served.port), timeout=2).close()
+        socket.create_connection(("127.0.0.1", served.port), timeout=2).close()
+    finally:
+        served.stop()
+        served.stop()
+        engine.shutdown()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", served.port), timeout=2).close()
