@@ -170,6 +170,70 @@ def test_after_a_short_warm_start_smollm2_calls_a_json_tool_that_runs_and_answer
     assert [index for index, mask in enumerate(trajectory.loss_mask) if mask] == policy_positions
 
 
+def test_an_openai_sdk_agent_through_the_agent_endpoint_is_recorded_exactly(fp32_engine, tokenizer):
+    # An agent as a user writes one, against the real openai SDK, through the endpoint over this engine:
+    # three calls (a tool result or a follow-up request after each answer), then one with an edited
+    # history. Every recorded id is the engine's; the continued calls are one trajectory, the edited one
+    # opens a second segment, each exact.
+    import openai
+
+    from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
+    from tests.support.shopping_task import ShoppingTask
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "add",
+                "description": "Put an item in the basket.",
+                "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
+            },
+        }
+    ]
+    outputs: list[tuple[list[int], object]] = []
+    generate = fp32_engine.generate
+
+    async def recording_generate(prompt_ids, **kwargs):
+        turn = await generate(prompt_ids, **kwargs)
+        outputs.append((list(prompt_ids), turn))
+        return turn
+
+    fp32_engine.generate = recording_generate
+    served = AgentEndpoint(
+        fp32_engine, episode_format_for(tokenizer, ShoppingTask()), SamplingSettings(1.0, -1), 1024, 48
+    )
+    served.start()
+    try:
+        url = served.open_episode(group_id=5)
+        client = openai.OpenAI(base_url=url, api_key=served.token, max_retries=0)
+        messages = [{"role": "user", "content": "Please add a mug to my basket."}]
+        for follow_up in ("Now add a hat.", "Thanks, that is all.", None):
+            message = client.chat.completions.create(model="smollm2", messages=messages, tools=tools).choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            for call in message.tool_calls or []:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": "added"})
+            if not message.tool_calls and follow_up is not None:
+                messages.append({"role": "user", "content": follow_up})
+        edited = [{"role": "user", "content": "Please add two mugs."}, *messages[1:]]
+        if edited[-1]["role"] == "assistant":
+            edited.append({"role": "user", "content": "And a cup."})
+        client.chat.completions.create(model="smollm2", messages=edited, tools=tools)
+        first, second = served.close_episode(url).segments
+    finally:
+        served.stop()
+        del fp32_engine.generate
+    assert len(outputs) == 4 and (first.num_turns, second.num_turns) == (3, 1)
+    for segment, calls in ((first, outputs[:3]), (second, outputs[3:])):
+        sampled = []
+        for prompt, turn in calls:
+            assert segment.token_ids[: len(prompt)] == prompt  # every call's prompt is its segment so far
+            assert segment.token_ids[len(prompt) : len(prompt) + len(turn.token_ids)] == turn.token_ids
+            assert segment.behavior_logprobs[len(prompt) : len(prompt) + len(turn.token_ids)] == turn.logprobs
+            assert segment.versions[len(prompt) : len(prompt) + len(turn.token_ids)] == turn.versions
+            sampled += range(len(prompt), len(prompt) + len(turn.token_ids))
+        assert [index for index, mine in enumerate(segment.loss_mask) if mine] == sampled
+
+
 def perturbed_copy(path, seed: int) -> torch.nn.Module:
     """The model with its last two layers shifted: a later weight version."""
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
