@@ -33,6 +33,8 @@ class AgentConversation:
         self.episode_format = episode_format
         self.group_id = group_id
         self.segments: list[Trajectory] = []
+        #: Why the episode cannot be trained on (e.g. its agent disconnected during a call), None while it can.
+        self.dropped: str | None = None
         self._conversation: list[Any] = []  # the current segment's messages, compared as `_comparable`
         self._tools: list[dict[str, Any]] | None = None
 

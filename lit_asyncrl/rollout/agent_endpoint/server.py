@@ -32,6 +32,10 @@ from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat
 
 #: The name the endpoint answers to (`model` in requests may be anything: there is one policy).
 MODEL_NAME = "policy"
+#: How often a call in flight checks that its agent is still connected, in seconds.
+DISCONNECT_POLL_S = 0.2
+#: Why an episode whose agent disconnected during a call is dropped.
+AGENT_DISCONNECTED = "agent_disconnected"
 
 
 class AgentEndpoint:
@@ -128,13 +132,23 @@ class AgentEndpoint:
                     return _error(
                         400, "invalid_request_error", f"the conversation ({len(prompt)} tokens) fills the context"
                     )
-                turn = await self.engine.generate(
-                    prompt,
-                    max_tokens=min(checked.max_tokens or self.max_turn_tokens, self.max_turn_tokens, room),
-                    temperature=self.sampling.temperature,
-                    top_k=self.sampling.top_k,
-                    stop_token_ids=self.episode_format.stop_token_ids,
+                generation = asyncio.ensure_future(
+                    self.engine.generate(
+                        prompt,
+                        max_tokens=min(checked.max_tokens or self.max_turn_tokens, self.max_turn_tokens, room),
+                        temperature=self.sampling.temperature,
+                        top_k=self.sampling.top_k,
+                        stop_token_ids=self.episode_format.stop_token_ids,
+                    )
                 )
+                while not (await asyncio.wait({generation}, timeout=DISCONNECT_POLL_S))[0]:
+                    if await request.is_disconnected():
+                        # The agent is gone (it raised, timed out, closed its client): the engine's request
+                        # is aborted with the task, and the episode is dropped with the reason.
+                        generation.cancel()
+                        conversation.dropped = AGENT_DISCONNECTED
+                        return _error(499, "client_closed_request", "the agent disconnected during the call")
+                turn = generation.result()
                 answer = conversation.record(turn)
             return JSONResponse(_completion(answer, turn, len(prompt)))
 

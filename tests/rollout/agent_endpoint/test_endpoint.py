@@ -4,8 +4,10 @@ settings are refused; the server listens on loopback only and is gone after `sto
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
+import threading
 
 import openai
 import psutil
@@ -15,6 +17,7 @@ from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from tests.support.chat_templates import CHATML, chat_tokenizer
+from tests.support.fakes import FakeEngine
 from tests.support.scripted_engine import scripted_engine
 from tests.support.shopping_task import ShoppingTask, add
 from tests.support.xdist_groups import imports_vllm
@@ -119,3 +122,30 @@ def test_the_endpoint_listens_on_loopback_only_and_stops():
         engine.shutdown()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", served.port), timeout=2).close()
+
+
+def test_an_agent_that_disconnects_mid_call_has_its_engine_request_cancelled_and_its_episode_dropped():
+    cancelled = threading.Event()
+
+    async def endless(engine, prompt_ids, on_tokens):
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    tokenizer = chat_tokenizer(CHATML)
+    engine = FakeEngine(endless)
+    served = AgentEndpoint(engine, episode_format_for(tokenizer, ShoppingTask()), SamplingSettings(1.0, -1), 512, 16)
+    served.start()
+    try:
+        url = served.open_episode(group_id=0)
+        client = openai.OpenAI(base_url=url, api_key=served.token, max_retries=0, timeout=1.0)
+        with pytest.raises(openai.APITimeoutError):  # the agent gives up after 1 s and closes its connection
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "add a mug"}])
+        # The engine's request went with the call (the episode was marked in the same step, before it).
+        assert cancelled.wait(timeout=5)
+        assert served.close_episode(url).dropped == "agent_disconnected"
+    finally:
+        served.stop()
+        engine.shutdown()
