@@ -178,18 +178,9 @@ def test_an_openai_sdk_agent_through_the_agent_endpoint_is_recorded_exactly(fp32
     import openai
 
     from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
-    from tests.support.shopping_task import ShoppingTask
+    from tests.support.shopping_task import ADD_SCHEMA, ShoppingTask
 
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "add",
-                "description": "Put an item in the basket.",
-                "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
-            },
-        }
-    ]
+    tools = [ADD_SCHEMA]
     outputs: list[tuple[list[int], object]] = []
     generate = fp32_engine.generate
 

@@ -76,6 +76,17 @@ class ShoppingTask(ToolEnv):
         return Grade(found / len(ending.instance), found == len(ending.instance))
 
 
+#: `add`'s schema as an agent program offers it in a chat request (`tools=`).
+ADD_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Put an item in the basket.",
+        "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
+    },
+}
+
+
 def add(item: str) -> str:
     """A model turn calling `add`, in the Hermes format."""
     return f'<tool_call>{{"name": "add", "arguments": {{"item": "{item}"}}}}</tool_call>'

@@ -19,21 +19,12 @@ from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from tests.support.chat_templates import CHATML, chat_tokenizer
 from tests.support.fakes import FakeEngine
 from tests.support.scripted_engine import scripted_engine
-from tests.support.shopping_task import ShoppingTask, add
+from tests.support.shopping_task import ADD_SCHEMA, ShoppingTask, add
 from tests.support.xdist_groups import imports_vllm
 
 pytestmark = imports_vllm
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Put an item in the basket.",
-            "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
-        },
-    }
-]
+TOOLS = [ADD_SCHEMA]
 TURNS = [add("mug") + "<|im_end|>", "Your mug is in.<|im_end|>"]
 
 
