@@ -46,6 +46,7 @@ from collections import Counter
 from typing import Any, NamedTuple
 
 from lit_asyncrl.envs.base import Environment, Transition
+from lit_asyncrl.envs.resources import EngineMaker
 from lit_asyncrl.envs.tools import endings
 from lit_asyncrl.envs.tools.arguments import ARGUMENT_CHECKS
 from lit_asyncrl.envs.tools.calls import (
@@ -155,8 +156,8 @@ class ToolEnv(Environment):
         """What the user wants and knows in the episode of `state` (tasks with a `user` give it)."""
         raise NotImplementedError(f"{type(self).__name__} has no user")
 
-    def start(self, make_engine=None) -> None:
-        if self.user is not None:
+    def start(self, make_engine: EngineMaker | None = None) -> None:
+        if self.user is not None:  # e.g. an LLMUser's engine, made with the runner's maker
             self.user.start(make_engine)
 
     def close(self) -> None:
