@@ -67,6 +67,10 @@ class Trajectory:
     turn_starts: list[int] = dataclasses.field(default_factory=list)
     committed: int = 0
     finished: bool = False
+    #: An agent program's episode (`rollout/agent_endpoint`) whose calls did not all continue one
+    #: conversation: its other segments, each exact on its own, in the order they were opened. The
+    #: producer files them beside this one (same reward and advantage); never checkpointed in here.
+    later_segments: list[Trajectory] = dataclasses.field(default_factory=list)
 
     def record_step_info(self, info: dict) -> None:
         """Add what one step's `info` reports: a tool task's calls, errors and leniently taken arguments
@@ -136,6 +140,11 @@ class Trajectory:
     @property
     def num_policy_tokens(self) -> int:
         return sum(self.loss_mask)
+
+    @property
+    def segments(self) -> list[Trajectory]:
+        """This trajectory and its `later_segments`: what the episode trains on."""
+        return [self, *self.later_segments]
 
 
 def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) -> dict:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lit_asyncrl.envs.dataset_task.math_answers import MathVerifier
+from lit_asyncrl.envs.dotted_paths import imported_callable
 
 RewardFunction = Callable[..., Any]
 
@@ -115,17 +115,11 @@ def score_blocking(terms: Sequence[RewardTerm], prompt: Any, completion: Any, co
 
 
 def _imported(path: str) -> RewardFunction:
-    module_name, _, attribute = path.rpartition(".")
-    if not module_name:
+    if "." not in path:
         raise ValueError(
             f"env.rewards: {path!r} is neither a built-in (exact_match, math_verify) nor a dotted path to a function"
         )
-    try:
-        function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"env.rewards: cannot import {path!r} ({error})") from error
-    if not callable(function):
-        raise ValueError(f"env.rewards: {path!r} is not callable")
+    function = imported_callable(path, "env.rewards")
     parameters = inspect.signature(function).parameters.values()
     takes_any = any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters)
     if not takes_any and "completions" not in {parameter.name for parameter in parameters}:

@@ -16,55 +16,91 @@ import json
 from typing import Any
 
 from lit_asyncrl.envs.tools import AssistantTurn, ToolMessage, ToolOpening, UserMessage
-from lit_asyncrl.rollout.engine.protocol import TurnOutput
-from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat
+from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
+from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
+from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat, CompactToolFormat
 from lit_asyncrl.rollout.records import Trajectory
 
 
 class AgentConversation:
     """The trajectories of one agent episode's calls (see the module's docstring).
 
+    Every method runs on the engine's event loop, where the producer and the old-logit routes read the
+    same trajectories.
+
     Args:
-        episode_format: the policy's chat rendering with its tool parser (`ChatToolFormat`).
-        group_id: the group the episode's trajectories belong to.
+        episode_format: the policy's rendering with its tool parser (`ChatToolFormat`, or
+            `CompactToolFormat` for a plain-text policy).
+        trajectory: the episode's first segment (the producer's trajectory); later segments go to its
+            `later_segments`.
     """
 
-    def __init__(self, episode_format: ChatToolFormat, group_id: int) -> None:
+    def __init__(self, episode_format: ChatToolFormat | CompactToolFormat, trajectory: Trajectory) -> None:
         self.episode_format = episode_format
-        self.group_id = group_id
-        self.segments: list[Trajectory] = []
+        self.trajectory = trajectory
         #: Why the episode cannot be trained on (e.g. its agent disconnected during a call), None while it can.
         self.dropped: str | None = None
+        self._opened = False
         self._conversation: list[Any] = []  # the current segment's messages, compared as `_comparable`
         self._tools: list[dict[str, Any]] | None = None
+
+    @property
+    def segments(self) -> list[Trajectory]:
+        """The episode's segments so far (none before its first call)."""
+        return self.trajectory.segments if self._opened else []
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         """The ids to sample the call's answer after: the current segment continued, or a new one."""
         comparable = [_comparable(message) for message in messages]
         known = len(self._conversation)
+        answers = _answers(messages[known:])
         continued = (
-            self.segments
-            and tools == self._tools
-            and comparable[:known] == self._conversation
-            and _answers(messages[known:]) is not None
+            self._opened and tools == self._tools and comparable[:known] == self._conversation and answers is not None
         )
         if continued:
-            self.episode_format.add_observation(self.segments[-1], _answers(messages[known:]))
+            self.episode_format.add_observation(self.segments[-1], answers)
         else:
-            segment = Trajectory(group_id=self.group_id)
+            segment = self.trajectory if not self._opened else Trajectory(group_id=self.trajectory.group_id)
             opening = ToolOpening(tuple(_renderable(message) for message in messages), tuple(tools or ()))
             self.episode_format.open(segment, opening)
-            self.segments.append(segment)
+            if self._opened:
+                self.trajectory.later_segments.append(segment)
+            self._opened = True
+        segment = self.segments[-1]
+        segment.committed = len(segment.token_ids)
         self._conversation = comparable
         self._tools = tools
-        return list(self.segments[-1].token_ids)
+        return list(segment.token_ids)
 
-    def record(self, turn: TurnOutput) -> AssistantTurn:
-        """Append a sampled answer to the current segment as sampled; the answer as the agent reads it."""
+    async def sample(
+        self, engine: Engine, sampling: SamplingSettings, max_tokens: int, stop_token_ids: list[int]
+    ) -> TurnOutput:
+        """Sample the answer to the current segment, streamed into it as the engine gives it (so the
+        old-logit routes can score a call in flight), with the engine's final versions."""
         segment = self.segments[-1]
-        segment.extend_policy(turn.token_ids, turn.logprobs, turn.versions)
+        turn_start = len(segment.token_ids)
+        segment.turn_starts.append(turn_start)
+        turn = await engine.generate(
+            list(segment.token_ids),
+            max_tokens=max_tokens,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            stop_token_ids=stop_token_ids,
+            # Provisional versions; the engine's final spans below are authoritative.
+            on_tokens=lambda ids, logprobs: segment.extend_policy(ids, logprobs, [engine.version] * len(ids)),
+        )
+        segment.misattributed_scores += segment.set_versions(turn_start, turn.versions)
         segment.num_turns += 1
-        answer = self.episode_format.action(turn.token_ids)
+        segment.committed = len(segment.token_ids)
+        return turn
+
+    def answer(self, turn: TurnOutput, request_stop_ids: list[int]) -> AssistantTurn:
+        """The sampled answer as the agent reads it (a stop token the request asked for left out, as
+        OpenAI leaves out a stop sequence); it is part of the conversation from here on."""
+        ids = turn.token_ids
+        if ids and ids[-1] in request_stop_ids:
+            ids = ids[:-1]
+        answer = self.episode_format.action(ids)
         self._conversation.append(_comparable(answer.message()))
         return answer
 

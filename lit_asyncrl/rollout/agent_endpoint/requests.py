@@ -30,14 +30,16 @@ class RefusedRequest(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ChatRequest:
-    """A checked chat request: its messages, the tools offered (None: none), the most tokens to sample."""
+    """A checked chat request: its messages, the tools offered (None: none), the most tokens to sample and
+    the tokens its `stop` strings are."""
 
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None
     max_tokens: int | None
+    stop_token_ids: tuple[int, ...] = ()
 
 
-def checked_request(body: dict[str, Any], temperature: float, top_k: int) -> ChatRequest:
+def checked_request(body: dict[str, Any], temperature: float, top_k: int, tokenizer: Any) -> ChatRequest:
     """`body` (an OpenAI chat completion request) as a `ChatRequest`, or `RefusedRequest` naming the field."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
@@ -69,4 +71,26 @@ def checked_request(body: dict[str, Any], temperature: float, top_k: int) -> Cha
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise RefusedRequest(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
-    return ChatRequest(messages, None if tool_choice == "none" else tools, max_tokens)
+    stop_token_ids = _stop_token_ids(body.get("stop"), tokenizer)
+    return ChatRequest(messages, None if tool_choice == "none" else tools, max_tokens, stop_token_ids)
+
+
+def _stop_token_ids(stop: Any, tokenizer: Any) -> tuple[int, ...]:
+    """A request's `stop` strings as the policy's tokens. Each must be one token: the engine stops at
+    token ids, so the answer ends exactly there and its ids are what was sampled (a string spread over
+    several tokens would need the sampled ids cut inside a token or re-tokenized text)."""
+    if stop is None:
+        return ()
+    strings = [stop] if isinstance(stop, str) else stop
+    if not isinstance(strings, list) or not all(isinstance(text, str) and text for text in strings):
+        raise RefusedRequest(f"stop must be a string or a list of strings, got {stop!r}")
+    ids = []
+    for text in strings:
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise RefusedRequest(
+                f"stop={text!r} is {len(encoded)} tokens of the policy's tokenizer; only single-token stop strings "
+                "are served (the answer must end exactly at a sampled token)"
+            )
+        ids.append(encoded[0])
+    return tuple(ids)

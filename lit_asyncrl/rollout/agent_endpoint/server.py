@@ -1,10 +1,11 @@
-"""The agent endpoint: OpenAI's chat completions API over a run's engine, one URL per agent episode.
+"""The agent endpoint: OpenAI's chat completions API over a run's engines, one URL per agent episode.
 
 An agent program is given `base_url` = `http://127.0.0.1:<port>/episodes/<episode id>/v1` and the run's
 bearer token; whatever it sends to `chat/completions` there is rendered (`conversation.py`), sampled by
-the run's engine with the run's settings (`requests.py` refuses others) and recorded under its episode
-with per-token versions and log-probs. The server is FastAPI under uvicorn, run on the engine's own event
-loop (where every episode's requests are awaited), on a loopback socket the OS gives a free port.
+the engine that plays the episode with the run's settings (`requests.py` refuses others) and recorded
+under its episode with per-token versions and log-probs. The server is FastAPI under uvicorn on a thread
+of its own, on a loopback socket the OS gives a free port; each call's rendering, sampling and recording
+run on its engine's event loop, where the producer and the old-logit routes read the same trajectories.
 
 Why not vLLM's own OpenAI serving layer: it renders each request's whole conversation and tokenizes it
 again, so the ids of earlier answers would be re-tokenized text, not what the engine sampled, and the
@@ -15,20 +16,21 @@ to the ids already recorded and read calls with vLLM's tool parsers, the part of
 # No `from __future__ import annotations`: FastAPI reads the route's `Request` annotation at runtime.
 import asyncio
 import concurrent.futures
+import dataclasses
 import hmac
 import json
 import secrets
 import socket
+import threading
 import time
 import uuid
 from typing import Any
 
 from lit_asyncrl.envs.tools import AssistantTurn
 from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
-from lit_asyncrl.rollout.agent_endpoint.requests import RefusedRequest, checked_request
+from lit_asyncrl.rollout.agent_endpoint.requests import ChatRequest, RefusedRequest, checked_request
 from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
-from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat
 
 #: The name the endpoint answers to (`model` in requests may be anything: there is one policy).
 MODEL_NAME = "policy"
@@ -38,39 +40,65 @@ DISCONNECT_POLL_S = 0.2
 AGENT_DISCONNECTED = "agent_disconnected"
 
 
+@dataclasses.dataclass
+class AgentEpisode:
+    """One open episode: where its calls are recorded, the engine that samples them and how.
+
+    Attributes:
+        conversation: the episode's calls as exact trajectories.
+        engine: the engine that plays the episode (its calls run on that engine's loop).
+        sampling: how its answers are sampled (the run's; top-1 for a held-out greedy episode).
+        max_turn_tokens: most tokens of one answer (the task's `max_turn_tokens`).
+        max_context: the engine's context in tokens.
+    """
+
+    conversation: AgentConversation
+    engine: Engine
+    sampling: SamplingSettings
+    max_turn_tokens: int
+    max_context: int
+    episode_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    #: Calls in flight on the engine's loop (cancelled when the episode closes).
+    calls: set[concurrent.futures.Future] = dataclasses.field(default_factory=set)
+    _lock: asyncio.Lock | None = None
+
+    async def call(self, request: ChatRequest) -> tuple[AssistantTurn, TurnOutput, int]:
+        """Render, sample and record one call (on the engine's loop): the answer, the turn, the prompt's length."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one call of an episode at a time: its trajectory grows in order
+            conversation = self.conversation
+            stop_ids = conversation.episode_format.stop_token_ids
+            request_stop_ids = [token for token in request.stop_token_ids if token not in stop_ids]
+            prompt = conversation.prompt_ids(request.messages, request.tools)
+            room = self.max_context - len(prompt)
+            if room < 1:
+                raise RefusedRequest(f"the conversation ({len(prompt)} tokens) fills the context ({self.max_context})")
+            max_tokens = min(request.max_tokens or self.max_turn_tokens, self.max_turn_tokens, room)
+            turn = await conversation.sample(self.engine, self.sampling, max_tokens, [*stop_ids, *request_stop_ids])
+            return conversation.answer(turn, request_stop_ids), turn, len(prompt)
+
+
 class AgentEndpoint:
     """A run's chat endpoint (see the module's docstring).
 
     Args:
-        engine: the run's engine (the server runs on its loop; every call is one `generate`).
-        episode_format: the policy's chat rendering with its tool parser.
+        tokenizer: the policy's tokenizer (a request's `stop` strings must each be one of its tokens).
         sampling: the run's sampling settings (requests may not change them).
-        max_context: the engine's context in tokens (`rollout.max_model_len`).
-        max_turn_tokens: tokens of an answer when a request names no `max_tokens`, and at most.
     """
 
-    def __init__(
-        self,
-        engine: Engine,
-        episode_format: ChatToolFormat,
-        sampling: SamplingSettings,
-        max_context: int,
-        max_turn_tokens: int,
-    ) -> None:
-        self.engine = engine
-        self.episode_format = episode_format
+    def __init__(self, tokenizer: Any, sampling: SamplingSettings) -> None:
+        self.tokenizer = tokenizer
         self.sampling = sampling
-        self.max_context = max_context
-        self.max_turn_tokens = max_turn_tokens
         #: The bearer token every request must carry (made for the run, never logged).
         self.token = secrets.token_urlsafe(24)
         self.port: int | None = None
-        self._episodes: dict[str, tuple[AgentConversation, asyncio.Lock]] = {}
+        self._episodes: dict[str, AgentEpisode] = {}
         self._server: Any = None
-        self._serving: concurrent.futures.Future | None = None
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Serve on a free loopback port, on the engine's loop (returns once the socket listens)."""
+        """Serve on a free loopback port, on a thread of its own (returns once the socket listens)."""
         import uvicorn
 
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -81,30 +109,32 @@ class AgentEndpoint:
             self._app(), lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=5
         )
         self._server = uvicorn.Server(config)
-        self._serving = asyncio.run_coroutine_threadsafe(self._server.serve(sockets=[listener]), self.engine.loop)
+        server = self._server
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(server.serve(sockets=[listener])), name="agent-endpoint", daemon=True
+        )
+        self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop serving (requests in flight are cancelled with their engine requests); safe to call twice."""
+        """Stop serving (calls in flight are cancelled with their engine requests); safe to call twice."""
+        for episode in list(self._episodes.values()):
+            _cancel_calls(episode)
         if self._server is None:
             return
         self._server.should_exit = True
-        try:
-            self._serving.result(timeout=timeout_s)
-        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):
-            self._serving.cancel()
+        self._thread.join(timeout=timeout_s)
         self._server = None
+        self._thread = None
 
-    def open_episode(self, group_id: int) -> str:
-        """A new episode's base URL for the agent's client (its calls are recorded under it)."""
-        episode_id = uuid.uuid4().hex
-        self._episodes[episode_id] = (AgentConversation(self.episode_format, group_id), asyncio.Lock())
-        return f"http://127.0.0.1:{self.port}/episodes/{episode_id}/v1"
+    def open_episode(self, episode: AgentEpisode) -> str:
+        """Serve `episode`'s calls; the base URL to give its agent's client."""
+        self._episodes[episode.episode_id] = episode
+        return f"http://127.0.0.1:{self.port}/episodes/{episode.episode_id}/v1"
 
-    def close_episode(self, base_url: str) -> AgentConversation:
-        """The episode's recorded calls; its URL answers no more."""
-        episode_id = base_url.rstrip("/").split("/")[-2]
-        conversation, _ = self._episodes.pop(episode_id)
-        return conversation
+    def close_episode(self, episode: AgentEpisode) -> None:
+        """The episode's URL answers no more; a call still in flight is cancelled with its engine request."""
+        self._episodes.pop(episode.episode_id, None)
+        _cancel_calls(episode)
 
     def _app(self) -> Any:
         from fastapi import FastAPI, Request
@@ -121,38 +151,34 @@ class AgentEndpoint:
                 return _error(404, "not_found_error", f"no open episode {episode_id}")
             try:
                 body = await request.json()
-                checked = checked_request(body, self.sampling.temperature, self.sampling.top_k)
+                checked = checked_request(body, self.sampling.temperature, self.sampling.top_k, self.tokenizer)
             except (RefusedRequest, ValueError) as error:
                 return _error(400, "invalid_request_error", str(error))
-            conversation, lock = episode
-            async with lock:  # one call of an episode at a time: its trajectory grows in order
-                prompt = conversation.prompt_ids(checked.messages, checked.tools)
-                room = self.max_context - len(prompt)
-                if room < 1:
-                    return _error(
-                        400, "invalid_request_error", f"the conversation ({len(prompt)} tokens) fills the context"
-                    )
-                generation = asyncio.ensure_future(
-                    self.engine.generate(
-                        prompt,
-                        max_tokens=min(checked.max_tokens or self.max_turn_tokens, self.max_turn_tokens, room),
-                        temperature=self.sampling.temperature,
-                        top_k=self.sampling.top_k,
-                        stop_token_ids=self.episode_format.stop_token_ids,
-                    )
-                )
-                while not (await asyncio.wait({generation}, timeout=DISCONNECT_POLL_S))[0]:
+            call = asyncio.run_coroutine_threadsafe(episode.call(checked), episode.engine.loop)
+            episode.calls.add(call)
+            call.add_done_callback(episode.calls.discard)
+            waiting = asyncio.wrap_future(call)
+            try:
+                while not (await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S))[0]:
                     if await request.is_disconnected():
                         # The agent is gone (it raised, timed out, closed its client): the engine's request
-                        # is aborted with the task, and the episode is dropped with the reason.
-                        generation.cancel()
-                        conversation.dropped = AGENT_DISCONNECTED
+                        # is aborted with the call, and the episode is dropped with the reason.
+                        call.cancel()
+                        episode.conversation.dropped = AGENT_DISCONNECTED
                         return _error(499, "client_closed_request", "the agent disconnected during the call")
-                turn = generation.result()
-                answer = conversation.record(turn)
-            return JSONResponse(_completion(answer, turn, len(prompt)))
+                if waiting.cancelled():  # the episode closed (its agent returned or the run stopped)
+                    return _error(410, "episode_closed", "the episode closed during the call")
+                answer, turn, prompt_tokens = waiting.result()
+            except RefusedRequest as error:
+                return _error(400, "invalid_request_error", str(error))
+            return JSONResponse(_completion(answer, turn, prompt_tokens))
 
         return app
+
+
+def _cancel_calls(episode: AgentEpisode) -> None:
+    for call in list(episode.calls):
+        call.cancel()
 
 
 def _completion(answer: AssistantTurn, turn: TurnOutput, prompt_tokens: int) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lit_asyncrl.envs.agent_program import AgentProgramEnv
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.envs.tools import ToolEnv
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat, EpisodeFormat, PlainFormat
@@ -12,9 +13,10 @@ from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat, CompactToolF
 
 def episode_format_for(tokenizer: Any, env: Environment) -> EpisodeFormat:
     """The chat template when the tokenizer has one, raw text otherwise; for a `ToolEnv`, the same
-    two with the model's tool calls parsed and the tools' answers rendered."""
+    two with the model's tool calls parsed and the tools' answers rendered (an agent program's too: its
+    calls may offer tools)."""
     chat = bool(getattr(tokenizer, "chat_template", None))
-    if isinstance(env, ToolEnv):
+    if isinstance(env, (ToolEnv, AgentProgramEnv)):
         return ChatToolFormat(tokenizer, env) if chat else CompactToolFormat(tokenizer, env)
     return ChatTemplateFormat(tokenizer, env) if chat else PlainFormat(tokenizer, env)
 

@@ -7,8 +7,9 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from lit_asyncrl.envs.agent_program import AgentProgramEnv
 from lit_asyncrl.envs.base import Environment, TextEnv, Transition
 from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
@@ -17,6 +18,9 @@ from lit_asyncrl.rollout.episodes.replay import EpisodeReplay, RecordedTurn, Rep
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import UnencodableTextError
+
+if TYPE_CHECKING:  # the endpoint's module imports this one; it is loaded only for agent programs
+    from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +34,7 @@ class EpisodeSettings:
         seed: the environment's reset seed (None: the environment's own).
         recorded: the episode as a checkpoint recorded it in flight: its answered turns are replayed,
             not sampled, and sampling goes on after them (None: a new episode).
+        agent_endpoint: the run's endpoint for agent programs (`AgentProgramEnv`); None for other tasks.
     """
 
     call_env: EnvCaller
@@ -37,6 +42,7 @@ class EpisodeSettings:
     max_context: int
     seed: int | None = None
     recorded: Trajectory | None = None
+    agent_endpoint: AgentEndpoint | None = None
 
 
 async def play_episode(
@@ -112,7 +118,13 @@ async def play_instance(
     or one task of a mixture), in that task's format; the trajectory records the task's name."""
     task = env.task_of(instance)
     trajectory.task = task.name
-    return await play_episode(engine, task.env, episode_formats[task.name], task.instance, trajectory, settings)
+    if isinstance(task.env, AgentProgramEnv):  # an agent program plays through the endpoint, not step by step
+        from lit_asyncrl.rollout.agent_endpoint.episodes import play_agent_episode
+
+        play = play_agent_episode
+    else:
+        play = play_episode
+    return await play(engine, task.env, episode_formats[task.name], task.instance, trajectory, settings)
 
 
 class EnvironmentFailure(Exception):

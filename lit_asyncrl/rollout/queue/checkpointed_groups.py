@@ -52,9 +52,16 @@ def groups_from_state(state: list[list[dict]]) -> list[list[Trajectory]]:
     return groups
 
 
+#: Fields a checkpoint leaves out: a filed group holds an agent episode's segments side by side, and an
+#: agent episode in flight is played again from its start after a resume (`agent_endpoint/episodes.py`).
+_NOT_CHECKPOINTED = ("later_segments",)
+
+
 def _trajectory_state(trajectory: Trajectory) -> dict:
     state = {}
     for field in dataclasses.fields(Trajectory):
+        if field.name in _NOT_CHECKPOINTED:
+            continue
         value = getattr(trajectory, field.name)
         state[field.name] = (
             dict(value) if field.name in _COUNTERS else (list(value) if isinstance(value, list) else value)

@@ -12,6 +12,7 @@ import random
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.envs.base import Environment
@@ -27,6 +28,9 @@ from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.checkpointed_groups import groups_from_state, groups_to_state
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.rollout.serving.instances import TrainingDraws, training_instance
+
+if TYPE_CHECKING:
+    from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +91,8 @@ class ProducerStats:
         policy_tokens: agent tokens of the groups filed (the throughput's numerator).
         started_at: when generation started (`time.monotonic()`; the throughput's clock).
         resumed_episodes: episodes in flight at the checkpoint a resumed run started from, continued.
+        episode_segments: agent programs' segments filed beyond one per episode (calls that did not
+            continue their episode's conversation, `rollout/agent_endpoint`).
     """
 
     recent_failures: collections.deque[bool]
@@ -99,6 +105,7 @@ class ProducerStats:
     policy_tokens: int = 0
     started_at: float = dataclasses.field(default_factory=time.monotonic)
     resumed_episodes: int = 0
+    episode_segments: int = 0
 
 
 class RolloutProducer:
@@ -108,7 +115,8 @@ class RolloutProducer:
     so episodes keep going across weight updates (partial rollouts). In sync mode exactly
     `groups_per_version` groups are generated per weight version, and generation then waits for
     the next version: the on-policy baseline. With a `dedicated` old-logit worker a group enters the
-    buffer only once the worker has scored its tokens.
+    buffer only once the worker has scored its tokens. An agent program's episodes call the policy
+    through `agent_endpoint` (the run's, None for other tasks).
     """
 
     def __init__(
@@ -119,6 +127,7 @@ class RolloutProducer:
         buffer: RolloutBuffer,
         settings: ProducerSettings,
         dedicated: DedicatedWorker | None = None,
+        agent_endpoint: AgentEndpoint | None = None,
     ) -> None:
         self.engine = engine
         self.env = env
@@ -144,7 +153,10 @@ class RolloutProducer:
         self.call_env = EnvCaller(max_workers=settings.max_concurrent_groups * settings.group_size)
         #: How every episode is played, but for its seed and recording.
         self.episode_settings = EpisodeSettings(
-            call_env=self.call_env, sampling=settings.sampling, max_context=settings.max_context
+            call_env=self.call_env,
+            sampling=settings.sampling,
+            max_context=settings.max_context,
+            agent_endpoint=agent_endpoint,
         )
         self.rng = random.Random(settings.seed)
         self.group_ids = settings.group_ids if settings.group_ids is not None else itertools.count()
@@ -358,12 +370,17 @@ class RolloutProducer:
                 self.stats.recent_tool_calls.append(sum(trajectory.tool_calls.values()))
             kept = self._drop_failed(trajectories)
             if kept:
+                # An agent program's episode may be several segments (`Trajectory.later_segments`): filed
+                # side by side with the episode's advantage, taken over episodes, not segments.
+                segments = [segment for trajectory in kept for segment in trajectory.segments]
                 if self.dedicated is not None:
-                    await self._wait_for_old_logprobs(kept)
+                    await self._wait_for_old_logprobs(segments)
                 for trajectory, advantage in zip(kept, self.settings.advantages([t.reward for t in kept])):
-                    trajectory.advantage = advantage
-                self.stats.policy_tokens += sum(trajectory.num_policy_tokens for trajectory in kept)
-                if not self.buffer.put_group(kept, reserved=self.settings.group_size):
+                    for segment in trajectory.segments:
+                        segment.advantage = advantage
+                self.stats.policy_tokens += sum(segment.num_policy_tokens for segment in segments)
+                self.stats.episode_segments += len(segments) - len(kept)
+                if not self.buffer.put_group(segments, reserved=self.settings.group_size):
                     self.groups_refilled += 1
             else:
                 self.buffer.release(self.settings.group_size, group_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,9 @@ from lit_asyncrl.rollout.episodes.sampling import GREEDY, SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory, task_columns
 from lit_asyncrl.rollout.service import RolloutServiceError
 
+if TYPE_CHECKING:
+    from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
+
 
 class HeldOutEvaluator:
     """Plays held-out instances with the training run's sampling settings (and greedily).
@@ -30,6 +33,7 @@ class HeldOutEvaluator:
         sampling: the sampled episodes' settings (the greedy one takes top-1, `GREEDY`).
         max_context: the engines' context in tokens.
         task_names: a mixture's task names (results say which task played each row); () otherwise.
+        agent_endpoint: the run's endpoint, for an agent program's episodes (None for other tasks).
     """
 
     def __init__(
@@ -39,8 +43,10 @@ class HeldOutEvaluator:
         sampling: SamplingSettings,
         max_context: int,
         task_names: Sequence[str],
+        agent_endpoint: AgentEndpoint | None = None,
     ) -> None:
         self.env = env
+        self.agent_endpoint = agent_endpoint
         self.episode_formats = episode_formats
         self.sampling = sampling
         self.max_context = max_context
@@ -83,7 +89,13 @@ class HeldOutEvaluator:
 
         async def play(instance: Any, seed: int, sampling: SamplingSettings) -> Trajectory:
             trajectory = Trajectory(group_id=-1)
-            settings = EpisodeSettings(call_env=call_env, sampling=sampling, max_context=self.max_context, seed=seed)
+            settings = EpisodeSettings(
+                call_env=call_env,
+                sampling=sampling,
+                max_context=self.max_context,
+                seed=seed,
+                agent_endpoint=self.agent_endpoint,
+            )
             return await play_instance(engine, self.env, self.episode_formats, instance, trajectory, settings)
 
         async def play_all() -> list[Trajectory]:

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.envs.agent_program import AgentProgramEnv
 from lit_asyncrl.envs.base import Environment
+from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError
 from lit_asyncrl.rollout.engine.settings import EngineSettings, parallelism_args
 from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
@@ -102,13 +104,20 @@ class VLLMRolloutService:
         self.pad_id = pad_token_id(self.tokenizer)
         check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
-            check_context_holds_a_turn(task, self.episode_formats[name], rollout.engine.max_model_len, seed)
+            if not isinstance(task, AgentProgramEnv):  # an agent program's first prompt is its own to send
+                check_context_holds_a_turn(task, self.episode_formats[name], rollout.engine.max_model_len, seed)
         self.buffer = RolloutBuffer(
             rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter()
         )
         sampling = SamplingSettings(temperature=rollout.batch.temperature, top_k=rollout.batch.top_k)
+        #: The chat endpoint agent programs call (started with the engines), None without such a task.
+        self.agent_endpoint = (
+            AgentEndpoint(self.tokenizer, sampling)
+            if any(isinstance(task, AgentProgramEnv) for task in env.tasks().values())
+            else None
+        )
         self.evaluator = HeldOutEvaluator(
-            env, self.episode_formats, sampling, rollout.engine.max_model_len, self.task_names
+            env, self.episode_formats, sampling, rollout.engine.max_model_len, self.task_names, self.agent_endpoint
         )
         self.lanes = EngineLanes(rollout.scale_out.num_engines, self._new_engine)
         self._group_ids = itertools.count()
@@ -214,6 +223,8 @@ class VLLMRolloutService:
             self.launch_early()
             # The task's shared resources (a simulated user's engine) before its first episode.
             self.env.start(start_frozen_engine)
+            if self.agent_endpoint is not None:
+                self.agent_endpoint.start()
             for lane in range(self.rollout.scale_out.num_engines):
                 self._launch(lane)
         except BaseException:
@@ -256,7 +267,13 @@ class VLLMRolloutService:
             draws=self.training_draws,
         )
         producer = RolloutProducer(
-            engine, self.env, self.episode_formats, self.buffer, settings, dedicated=self.dedicated
+            engine,
+            self.env,
+            self.episode_formats,
+            self.buffer,
+            settings,
+            dedicated=self.dedicated,
+            agent_endpoint=self.agent_endpoint,
         )
         if lane == 0:
             producer.resumed_groups = self._resumed
@@ -295,8 +312,12 @@ class VLLMRolloutService:
             # The dedicated worker after the producers (no more hand-offs), before the engines.
             self.lanes.close(between=dedicated.stop if dedicated is not None else lambda: None)
         finally:
-            # After the producers: no episode asks the task's user any more.
-            self.env.close()
+            # After the producers: no episode asks the task's user or calls the endpoint any more.
+            try:
+                if self.agent_endpoint is not None:
+                    self.agent_endpoint.stop()
+            finally:
+                self.env.close()
 
     # -- batches ----------------------------------------------------------------------------
     def next_batch(self, timeout_s: float) -> dict:
@@ -409,7 +430,9 @@ class VLLMRolloutService:
     def _unfinished_trajectories(self, lane: int) -> list[Trajectory]:
         """Lane `lane`'s episodes being generated; lane 0 also takes the buffer's pending ones."""
         producer = self.lanes.producers[lane]
-        active = list(producer.active) if producer is not None else []
+        active = (
+            [segment for trajectory in list(producer.active) for segment in trajectory.segments] if producer else []
+        )
         return (self.buffer.pending_trajectories() if lane == 0 else []) + active
 
     def _engines(self) -> list[Engine]:

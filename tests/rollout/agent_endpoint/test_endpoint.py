@@ -13,9 +13,11 @@ import openai
 import psutil
 import pytest
 
-from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
+from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
+from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint, AgentEpisode
 from lit_asyncrl.rollout.episodes.for_task import episode_format_for
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
+from lit_asyncrl.rollout.records import Trajectory
 from tests.support.chat_templates import CHATML, chat_tokenizer
 from tests.support.fakes import FakeEngine
 from tests.support.scripted_engine import scripted_engine
@@ -28,17 +30,21 @@ TOOLS = [ADD_SCHEMA]
 TURNS = [add("mug") + "<|im_end|>", "Your mug is in.<|im_end|>"]
 
 
+SAMPLING = SamplingSettings(temperature=0.7, top_k=-1)
+
+
+def open_episode(served: AgentEndpoint, engine, tokenizer, group_id: int, max_context: int = 8192):
+    """A new episode of the shopping task on `engine`: (its episode, the base URL for its agent)."""
+    conversation = AgentConversation(episode_format_for(tokenizer, ShoppingTask()), Trajectory(group_id=group_id))
+    episode = AgentEpisode(conversation, engine, SAMPLING, max_turn_tokens=128, max_context=max_context)
+    return episode, served.open_episode(episode)
+
+
 @pytest.fixture
 def endpoint():
     tokenizer = chat_tokenizer(CHATML)
     engine = scripted_engine(tokenizer, TURNS)
-    served = AgentEndpoint(
-        engine,
-        episode_format_for(tokenizer, ShoppingTask()),
-        SamplingSettings(temperature=0.7, top_k=-1),
-        max_context=8192,
-        max_turn_tokens=128,
-    )
+    served = AgentEndpoint(tokenizer, SAMPLING)
     served.start()
     yield tokenizer, engine, served
     served.stop()
@@ -62,10 +68,11 @@ def agent(client: openai.OpenAI) -> list[str]:
 
 def test_an_agent_loop_is_recorded_as_one_trajectory_of_exactly_the_engines_ids(endpoint):
     tokenizer, engine, served = endpoint
-    url = served.open_episode(group_id=7)
+    episode, url = open_episode(served, engine, tokenizer, group_id=7)
     assert url.startswith(f"http://127.0.0.1:{served.port}/episodes/")
     assert agent(openai.OpenAI(base_url=url, api_key=served.token)) == ["mug", "Your mug is in."]
-    (segment,) = served.close_episode(url).segments
+    served.close_episode(episode)
+    (segment,) = episode.conversation.segments
     assert segment.group_id == 7 and segment.num_turns == 2
     policy = [token for token, mine in zip(segment.token_ids, segment.loss_mask) if mine]
     assert tokenizer.decode(policy, skip_special_tokens=False) == "".join(TURNS)
@@ -76,8 +83,8 @@ def test_an_agent_loop_is_recorded_as_one_trajectory_of_exactly_the_engines_ids(
 
 
 def test_requests_without_the_token_or_with_other_sampling_are_refused(endpoint):
-    _, engine, served = endpoint
-    url = served.open_episode(group_id=0)
+    tokenizer, engine, served = endpoint
+    _, url = open_episode(served, engine, tokenizer, group_id=0)
     ask = [{"role": "user", "content": "add a mug"}]
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=url, api_key="not-the-token").chat.completions.create(model="m", messages=ask)
@@ -96,7 +103,7 @@ def test_requests_without_the_token_or_with_other_sampling_are_refused(endpoint)
 def test_the_endpoint_listens_on_loopback_only_and_stops():
     tokenizer = chat_tokenizer(CHATML)
     engine = scripted_engine(tokenizer, TURNS)
-    served = AgentEndpoint(engine, episode_format_for(tokenizer, ShoppingTask()), SamplingSettings(1.0, -1), 512, 16)
+    served = AgentEndpoint(tokenizer, SAMPLING)
     served.start()
     try:
         interfaces = psutil.net_if_addrs().values()
@@ -127,16 +134,16 @@ def test_an_agent_that_disconnects_mid_call_has_its_engine_request_cancelled_and
 
     tokenizer = chat_tokenizer(CHATML)
     engine = FakeEngine(endless)
-    served = AgentEndpoint(engine, episode_format_for(tokenizer, ShoppingTask()), SamplingSettings(1.0, -1), 512, 16)
+    served = AgentEndpoint(tokenizer, SAMPLING)
     served.start()
     try:
-        url = served.open_episode(group_id=0)
+        episode, url = open_episode(served, engine, tokenizer, group_id=0)
         client = openai.OpenAI(base_url=url, api_key=served.token, max_retries=0, timeout=1.0)
         with pytest.raises(openai.APITimeoutError):  # the agent gives up after 1 s and closes its connection
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "add a mug"}])
         # The engine's request went with the call (the episode was marked in the same step, before it).
         assert cancelled.wait(timeout=5)
-        assert served.close_episode(url).dropped == "agent_disconnected"
+        assert episode.conversation.dropped == "agent_disconnected"
     finally:
         served.stop()
         engine.shutdown()

@@ -1,0 +1,90 @@
+"""Plays one episode of an agent program: its client bound to the episode's URL, its outcome as the reward.
+
+The agent runs on the engine's event loop like any episode; its calls reach the endpoint's thread over
+loopback HTTP and are sampled back on this loop. An episode ends when the agent returns. It is dropped,
+with a counted reason (`rollout/dropped_<reason>`), when the agent raises (`agent_error`), returns no
+reward (`agent_malformed`), outlives `env.episode_timeout_s` (`agent_timeout`) or disconnects during a
+call (`agent_disconnected`): a call in flight then has its engine request cancelled.
+
+A checkpoint taken while an agent episode is in flight cannot continue it: the agent's own state (its
+loop, its variables, its tools' side effects) is not the run's to record. A resumed run plays such an
+episode again from its start (the group's finished episodes are kept as they were).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from lit_asyncrl.envs.agent_program import AgentProgramEnv, agent_outcome
+from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
+from lit_asyncrl.rollout.agent_endpoint.server import AgentEpisode
+from lit_asyncrl.rollout.engine.protocol import Engine
+from lit_asyncrl.rollout.episodes.tool_calls import ChatToolFormat, CompactToolFormat
+from lit_asyncrl.rollout.records import Trajectory
+
+if TYPE_CHECKING:
+    from lit_asyncrl.rollout.episodes.runner import EpisodeSettings
+
+#: Reasons an agent episode is dropped (besides `agent_disconnected`, the endpoint's).
+AGENT_ERROR = "agent_error"
+AGENT_MALFORMED = "agent_malformed"
+AGENT_TIMEOUT = "agent_timeout"
+
+
+async def play_agent_episode(
+    engine: Engine,
+    env: AgentProgramEnv,
+    episode_format: ChatToolFormat | CompactToolFormat,
+    instance: Any,
+    trajectory: Trajectory,
+    settings: EpisodeSettings,
+) -> Trajectory:
+    """Run `env`'s agent on `instance` with a client bound to a new episode of the run's endpoint; the
+    episode's segments are `trajectory` and its `later_segments`, all with the agent's outcome."""
+    import openai
+
+    endpoint = settings.agent_endpoint
+    if endpoint is None:
+        raise RuntimeError(f"{type(env).__name__} needs the run's agent endpoint (EpisodeSettings.agent_endpoint)")
+    conversation = AgentConversation(episode_format, trajectory)
+    episode = AgentEpisode(conversation, engine, settings.sampling, env.max_turn_tokens, settings.max_context)
+    base_url = endpoint.open_episode(episode)
+    # No retries: a call the endpoint refused or cut is the agent's to handle, never sampled twice.
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=endpoint.token, max_retries=0)
+    started = time.monotonic()
+    try:
+        await asyncio.sleep(env.latency_s)
+        async with asyncio.timeout(env.episode_timeout_s):
+            returned = await env.run(client, instance)
+        outcome = agent_outcome(returned)
+        trajectory.reward = outcome.reward
+        trajectory.success = outcome.success
+    except TimeoutError:
+        _drop(
+            trajectory,
+            AGENT_TIMEOUT,
+            f"{type(env).__name__}: the agent did not return within {env.episode_timeout_s} s",
+        )
+    except ValueError as error:
+        _drop(trajectory, AGENT_MALFORMED, f"{type(env).__name__}: {error}")
+    except Exception as error:  # the agent's own failure: its episode is dropped, the run goes on
+        _drop(trajectory, AGENT_ERROR, f"{type(env).__name__}.agent raised {error!r}")
+    finally:
+        endpoint.close_episode(episode)
+        await client.close()
+        if conversation.dropped is not None:  # the endpoint's reason comes first: it is the cause
+            _drop(trajectory, conversation.dropped, f"{type(env).__name__}: {conversation.dropped}")
+        for segment in trajectory.segments:
+            segment.duration_s = time.monotonic() - started
+            segment.finished = True
+            segment.task = trajectory.task
+            segment.reward = trajectory.reward
+            segment.success = trajectory.success
+    return trajectory
+
+
+def _drop(trajectory: Trajectory, reason: str, message: str) -> None:
+    trajectory.env_failure = reason
+    trajectory.env_failure_message = message
