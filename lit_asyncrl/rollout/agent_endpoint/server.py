@@ -132,8 +132,12 @@ class AgentEndpoint:
         return f"http://127.0.0.1:{self.port}/episodes/{episode.episode_id}/v1"
 
     def close_episode(self, episode: AgentEpisode) -> None:
-        """The episode's URL answers no more; a call still in flight is cancelled with its engine request."""
+        """The episode's URL answers no more. A call still in flight is cancelled with its engine request,
+        and the episode dropped: its agent left during a call (it raised, timed out or returned without
+        waiting), so the trajectory ends in an answer the agent never read."""
         self._episodes.pop(episode.episode_id, None)
+        if episode.calls:
+            episode.conversation.dropped = episode.conversation.dropped or AGENT_DISCONNECTED
         _cancel_calls(episode)
 
     def _app(self) -> Any:
