@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lit_asyncrl.envs.adapters.gem import GemEnv
     from lit_asyncrl.envs.adapters.reasoning_gym import ReasoningGymEnv
+    from lit_asyncrl.envs.agent_program import AgentProgramEnv
     from lit_asyncrl.envs.base import Environment, TextEnv, Transition
     from lit_asyncrl.envs.dataset_task.task import DatasetEnv
     from lit_asyncrl.envs.guess_number import GuessNumberEnv
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 #: Each public name and the module that defines it.
 _PUBLIC = {
     "GemEnv": "lit_asyncrl.envs.adapters.gem",
+    "AgentProgramEnv": "lit_asyncrl.envs.agent_program",
     "ReasoningGymEnv": "lit_asyncrl.envs.adapters.reasoning_gym",
     "Environment": "lit_asyncrl.envs.base",
     "TextEnv": "lit_asyncrl.envs.base",
@@ -48,6 +50,7 @@ _PUBLIC = {
 }
 
 __all__ = [
+    "AgentProgramEnv",
     "BalancedTaskMix",
     "CooperativeUser",
     "DatasetEnv",

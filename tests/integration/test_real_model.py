@@ -177,7 +177,8 @@ def test_an_openai_sdk_agent_through_the_agent_endpoint_is_recorded_exactly(fp32
     # opens a second segment, each exact.
     import openai
 
-    from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
+    from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
+    from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint, AgentEpisode
     from tests.support.shopping_task import ADD_SCHEMA, ShoppingTask
 
     tools = [ADD_SCHEMA]
@@ -190,12 +191,13 @@ def test_an_openai_sdk_agent_through_the_agent_endpoint_is_recorded_exactly(fp32
         return turn
 
     fp32_engine.generate = recording_generate
-    served = AgentEndpoint(
-        fp32_engine, episode_format_for(tokenizer, ShoppingTask()), SamplingSettings(1.0, -1), 1024, 48
-    )
+    sampling = SamplingSettings(1.0, -1)
+    served = AgentEndpoint(tokenizer, sampling)
+    conversation = AgentConversation(episode_format_for(tokenizer, ShoppingTask()), Trajectory(group_id=5))
+    episode = AgentEpisode(conversation, fp32_engine, sampling, max_turn_tokens=48, max_context=1024)
     served.start()
     try:
-        url = served.open_episode(group_id=5)
+        url = served.open_episode(episode)
         client = openai.OpenAI(base_url=url, api_key=served.token, max_retries=0)
         messages = [{"role": "user", "content": "Please add a mug to my basket."}]
         for follow_up in ("Now add a hat.", "Thanks, that is all.", None):
@@ -209,7 +211,8 @@ def test_an_openai_sdk_agent_through_the_agent_endpoint_is_recorded_exactly(fp32
         if edited[-1]["role"] == "assistant":
             edited.append({"role": "user", "content": "And a cup."})
         client.chat.completions.create(model="smollm2", messages=edited, tools=tools)
-        first, second = served.close_episode(url).segments
+        served.close_episode(episode)
+        first, second = conversation.segments
     finally:
         served.stop()
         del fp32_engine.generate
