@@ -61,6 +61,7 @@ def test_experiment_instantiates(experiment, tmp_path):
             "service_desk_tools": 300,
             "service_desk_user": 300,
             "service_desk_llm_user": 20,
+            "agent_program": 12,
             "smollm2_arithmetic": 12,
             "smollm2_dataset": 30,
             "smollm2_lora": 12,
