@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lit_asyncrl.envs.adapters.gem import GemEnv
     from lit_asyncrl.envs.adapters.reasoning_gym import ReasoningGymEnv
-    from lit_asyncrl.envs.agent_program import AgentProgramEnv
+    from lit_asyncrl.envs.agent_program import AgentProgramEnv, ExternalAgentEnv
     from lit_asyncrl.envs.base import Environment, TextEnv, Transition
     from lit_asyncrl.envs.dataset_task.task import DatasetEnv
     from lit_asyncrl.envs.guess_number import GuessNumberEnv
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 _PUBLIC = {
     "GemEnv": "lit_asyncrl.envs.adapters.gem",
     "AgentProgramEnv": "lit_asyncrl.envs.agent_program",
+    "ExternalAgentEnv": "lit_asyncrl.envs.agent_program",
     "ReasoningGymEnv": "lit_asyncrl.envs.adapters.reasoning_gym",
     "Environment": "lit_asyncrl.envs.base",
     "TextEnv": "lit_asyncrl.envs.base",
@@ -56,6 +57,7 @@ __all__ = [
     "DatasetEnv",
     "Ending",
     "Environment",
+    "ExternalAgentEnv",
     "GemEnv",
     "Grade",
     "GuessNumberEnv",

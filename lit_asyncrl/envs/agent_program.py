@@ -14,6 +14,7 @@ rewriting its history costs is the endpoint's to say (docs/agents.md).
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -35,11 +36,11 @@ class AgentOutcome(NamedTuple):
     success: bool
 
 
-class AgentProgramEnv(Environment):
-    """A task played by an agent program (see the module's docstring).
+class AgentTask(Environment):
+    """A task whose episodes an agent plays by calling the policy through the run's chat endpoint, in this
+    process (`AgentProgramEnv`) or in another (`ExternalAgentEnv`).
 
     Args:
-        agent: the agent, an `async def (client, instance)`, or its dotted path (`mypackage.agent.solve`).
         instances: draws a task instance from a `random.Random`, or its dotted path.
         tool_parser: vLLM's tool parser that reads the policy's calls (`hermes` for SmolLM2, Qwen2.5, the
             tiny policy's compact rendering).
@@ -55,7 +56,6 @@ class AgentProgramEnv(Environment):
 
     def __init__(
         self,
-        agent: str | AgentProgram,
         instances: str | InstanceDraw,
         tool_parser: str = "hermes",
         max_turn_tokens: int = 64,
@@ -65,12 +65,6 @@ class AgentProgramEnv(Environment):
         latency_s: float = 0.0,
     ) -> None:
         super().__init__(latency_s=latency_s, episode_timeout_s=episode_timeout_s)
-        self.agent = imported_callable(agent, "env.agent") if isinstance(agent, str) else agent
-        if not inspect.iscoroutinefunction(self.agent):
-            raise ValueError(
-                f"env.agent: {getattr(self.agent, '__qualname__', self.agent)!r} must be an `async def "
-                "(client, instance)`: episodes run concurrently on the engine's event loop"
-            )
         self.draw = imported_callable(instances, "env.instances") if isinstance(instances, str) else instances
         if max_turn_tokens < 1:
             raise ValueError(f"env.max_turn_tokens must be >= 1, got {max_turn_tokens}")
@@ -86,13 +80,65 @@ class AgentProgramEnv(Environment):
 
     def new_episode(self, instance: Any) -> TextEnv:
         raise TypeError(
-            f"{type(self).__name__} has no step-by-step episodes: its agent program plays them through the run's "
+            f"{type(self).__name__} has no step-by-step episodes: its agent plays them through the run's "
             "agent endpoint (lit_asyncrl.rollout.agent_endpoint)"
         )
+
+
+class AgentProgramEnv(AgentTask):
+    """A task played by an agent program in this process (see the module's docstring).
+
+    Args:
+        agent: the agent, an `async def (client, instance)`, or its dotted path (`mypackage.agent.solve`).
+        instances, tool_parser, max_turn_tokens, turn_stop, held_out_fraction, episode_timeout_s,
+            latency_s: see `AgentTask`.
+    """
+
+    def __init__(self, agent: str | AgentProgram, instances: str | InstanceDraw, **settings: Any) -> None:
+        super().__init__(instances, **settings)
+        self.agent = imported_callable(agent, "env.agent") if isinstance(agent, str) else agent
+        if not inspect.iscoroutinefunction(self.agent):
+            raise ValueError(
+                f"env.agent: {getattr(self.agent, '__qualname__', self.agent)!r} must be an `async def "
+                "(client, instance)`: episodes run concurrently on the engine's event loop"
+            )
 
     async def run(self, client: Any, instance: Any) -> Any:
         """One episode: the agent program with its client (a subclass may play it otherwise)."""
         return await self.agent(client, instance)
+
+
+class ExternalAgentEnv(AgentTask):
+    """A task played by an agent in another process or language, over HTTP (`docs/agents.md`).
+
+    The run writes `connection_file` (the endpoint's URL and bearer token, readable by its owner only;
+    removed when the run ends). The agent claims an episode (`POST <url>/episodes/claim`: its id, its
+    base URL for an OpenAI client and its instance, drawn by `instances` as JSON values), calls the policy
+    at that base URL, and posts the outcome (`POST <url>/episodes/<id>/outcome`, `{"reward": r,
+    "success": b}`). An episode nobody claims or finishes within `episode_timeout_s` is dropped
+    ("agent_timeout").
+
+    Args:
+        connection_file: where the run writes the endpoint's URL and token for the agent.
+        instances, tool_parser, max_turn_tokens, turn_stop, held_out_fraction, episode_timeout_s,
+            latency_s: see `AgentTask`.
+    """
+
+    def __init__(self, connection_file: str, instances: str | InstanceDraw, **settings: Any) -> None:
+        super().__init__(instances, **settings)
+        if not connection_file:
+            raise ValueError(
+                "env.connection_file: a path is needed (the run writes the endpoint's URL and token there)"
+            )
+        self.connection_file = connection_file
+
+    def generate_instance(self, rng: random.Random) -> Any:
+        instance = super().generate_instance(rng)
+        try:
+            json.dumps(instance)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"env.instances: an external agent receives its instance as JSON: {error}") from error
+        return instance
 
 
 def agent_outcome(returned: Any) -> AgentOutcome:

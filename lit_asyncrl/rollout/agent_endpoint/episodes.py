@@ -17,7 +17,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from lit_asyncrl.envs.agent_program import AgentProgramEnv, agent_outcome
+from lit_asyncrl.envs.agent_program import AgentTask, ExternalAgentEnv, agent_outcome
 from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
 from lit_asyncrl.rollout.agent_endpoint.server import AgentEpisode
 from lit_asyncrl.rollout.engine.protocol import Engine
@@ -35,7 +35,7 @@ AGENT_TIMEOUT = "agent_timeout"
 
 async def play_agent_episode(
     engine: Engine,
-    env: AgentProgramEnv,
+    env: AgentTask,
     episode_format: ChatToolFormat | CompactToolFormat,
     instance: Any,
     trajectory: Trajectory,
@@ -50,6 +50,7 @@ async def play_agent_episode(
         raise RuntimeError(f"{type(env).__name__} needs the run's agent endpoint (EpisodeSettings.agent_endpoint)")
     conversation = AgentConversation(episode_format, trajectory)
     episode = AgentEpisode(conversation, engine, settings.sampling, env.max_turn_tokens, settings.max_context)
+    episode.instance = instance
     base_url = endpoint.open_episode(episode)
     # No retries: a call the endpoint refused or cut is the agent's to handle, never sampled twice.
     client = openai.AsyncOpenAI(base_url=base_url, api_key=endpoint.token, max_retries=0)
@@ -57,16 +58,15 @@ async def play_agent_episode(
     try:
         await asyncio.sleep(env.latency_s)
         async with asyncio.timeout(env.episode_timeout_s):
-            returned = await env.run(client, instance)
+            if isinstance(env, ExternalAgentEnv):
+                returned = await endpoint.offer(episode)
+            else:
+                returned = await env.run(client, instance)
         outcome = agent_outcome(returned)
         trajectory.reward = outcome.reward
         trajectory.success = outcome.success
     except TimeoutError:
-        _drop(
-            trajectory,
-            AGENT_TIMEOUT,
-            f"{type(env).__name__}: the agent did not return within {env.episode_timeout_s} s",
-        )
+        _drop(trajectory, AGENT_TIMEOUT, _timeout_message(env, episode))
     except ValueError as error:
         _drop(trajectory, AGENT_MALFORMED, f"{type(env).__name__}: {error}")
     except Exception as error:  # the agent's own failure: its episode is dropped, the run goes on
@@ -83,6 +83,15 @@ async def play_agent_episode(
             segment.reward = trajectory.reward
             segment.success = trajectory.success
     return trajectory
+
+
+def _timeout_message(env: AgentTask, episode: AgentEpisode) -> str:
+    if isinstance(env, ExternalAgentEnv) and not episode.claimed:
+        return (
+            f"{type(env).__name__}: no agent claimed the episode within {env.episode_timeout_s} s (is your agent "
+            f"running? it finds the endpoint in {env.connection_file})"
+        )
+    return f"{type(env).__name__}: the agent did not return within {env.episode_timeout_s} s"
 
 
 def _drop(trajectory: Trajectory, reason: str, message: str) -> None:

@@ -15,17 +15,22 @@ to the ids already recorded and read calls with vLLM's tool parsers, the part of
 
 # No `from __future__ import annotations`: FastAPI reads the route's `Request` annotation at runtime.
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import hmac
 import json
+import os
 import secrets
 import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
+from lit_asyncrl.envs.agent_program import agent_outcome
 from lit_asyncrl.envs.tools import AssistantTurn
 from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
 from lit_asyncrl.rollout.agent_endpoint.requests import ChatRequest, RefusedRequest, checked_request
@@ -38,6 +43,9 @@ MODEL_NAME = "policy"
 DISCONNECT_POLL_S = 0.2
 #: Why an episode whose agent disconnected during a call is dropped.
 AGENT_DISCONNECTED = "agent_disconnected"
+#: How long a claim waits for an episode at most, and how often it looks, in seconds.
+MAX_CLAIM_WAIT_S = 60.0
+CLAIM_POLL_S = 0.02
 
 
 @dataclasses.dataclass
@@ -60,6 +68,11 @@ class AgentEpisode:
     episode_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     #: Calls in flight on the engine's loop (cancelled when the episode closes).
     calls: set[concurrent.futures.Future] = dataclasses.field(default_factory=set)
+    #: An external agent's episode: its instance, whether an agent claimed it, and the outcome it posts
+    #: (a future of the engine's loop).
+    instance: Any = None
+    claimed: bool = False
+    outcome: asyncio.Future | None = None
     _lock: asyncio.Lock | None = None
 
     async def call(self, request: ChatRequest) -> tuple[AssistantTurn, TurnOutput, int]:
@@ -85,15 +98,20 @@ class AgentEndpoint:
     Args:
         tokenizer: the policy's tokenizer (a request's `stop` strings must each be one of its tokens).
         sampling: the run's sampling settings (requests may not change them).
+        connection_file: where to write the URL and token for agents in other processes (`ExternalAgentEnv`),
+            removed at `stop`; None writes nothing.
     """
 
-    def __init__(self, tokenizer: Any, sampling: SamplingSettings) -> None:
+    def __init__(self, tokenizer: Any, sampling: SamplingSettings, connection_file: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.sampling = sampling
+        self.connection_file = None if connection_file is None else Path(connection_file)
         #: The bearer token every request must carry (made for the run, never logged).
         self.token = secrets.token_urlsafe(24)
         self.port: int | None = None
         self._episodes: dict[str, AgentEpisode] = {}
+        #: External agents' episodes not claimed yet, oldest first.
+        self._offered: collections.deque[AgentEpisode] = collections.deque()
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -114,6 +132,20 @@ class AgentEndpoint:
             target=lambda: asyncio.run(server.serve(sockets=[listener])), name="agent-endpoint", daemon=True
         )
         self._thread.start()
+        if self.connection_file is not None:
+            self._write_connection_file()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _write_connection_file(self) -> None:
+        """The URL and token for agents in other processes, readable by this user only (it holds the token)."""
+        path = self.connection_file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            json.dump({"url": self.url, "token": self.token}, file)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop serving (calls in flight are cancelled with their engine requests); safe to call twice."""
@@ -125,30 +157,70 @@ class AgentEndpoint:
         self._thread.join(timeout=timeout_s)
         self._server = None
         self._thread = None
+        if self.connection_file is not None:
+            self.connection_file.unlink(missing_ok=True)
 
     def open_episode(self, episode: AgentEpisode) -> str:
         """Serve `episode`'s calls; the base URL to give its agent's client."""
         self._episodes[episode.episode_id] = episode
-        return f"http://127.0.0.1:{self.port}/episodes/{episode.episode_id}/v1"
+        return f"{self.url}/episodes/{episode.episode_id}/v1"
+
+    async def offer(self, episode: AgentEpisode) -> Any:
+        """An open episode for an external agent to claim (call on its engine's loop); what the agent
+        posts as its outcome, once it does."""
+        episode.outcome = asyncio.get_running_loop().create_future()
+        self._offered.append(episode)
+        return await episode.outcome
 
     def close_episode(self, episode: AgentEpisode) -> None:
         """The episode's URL answers no more. A call still in flight is cancelled with its engine request,
         and the episode dropped: its agent left during a call (it raised, timed out or returned without
         waiting), so the trajectory ends in an answer the agent never read."""
         self._episodes.pop(episode.episode_id, None)
+        with contextlib.suppress(ValueError):  # claimed, or never offered
+            self._offered.remove(episode)
         if episode.calls:
             episode.conversation.dropped = episode.conversation.dropped or AGENT_DISCONNECTED
         _cancel_calls(episode)
 
     def _app(self) -> Any:
         from fastapi import FastAPI, Request
-        from fastapi.responses import JSONResponse
+        from fastapi.responses import JSONResponse, Response
 
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
+        @app.post("/episodes/claim")
+        async def claim(request: Request, wait_s: float = 10.0) -> JSONResponse:
+            if not self._authorized(request):
+                return _error(401, "authentication_error", "a valid bearer token for this run is required")
+            deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_CLAIM_WAIT_S)
+            while not self._offered:
+                if time.monotonic() >= deadline:
+                    return Response(status_code=204)
+                await asyncio.sleep(CLAIM_POLL_S)
+            episode = self._offered.popleft()
+            episode.claimed = True
+            base_url = f"{self.url}/episodes/{episode.episode_id}/v1"
+            return JSONResponse({"episode_id": episode.episode_id, "base_url": base_url, "instance": episode.instance})
+
+        @app.post("/episodes/{episode_id}/outcome")
+        async def outcome(episode_id: str, request: Request) -> JSONResponse:
+            if not self._authorized(request):
+                return _error(401, "authentication_error", "a valid bearer token for this run is required")
+            episode = self._episodes.get(episode_id)
+            if episode is None or episode.outcome is None:
+                return _error(404, "not_found_error", f"no open external episode {episode_id}")
+            try:
+                body = await request.json()
+                agent_outcome(body)
+            except ValueError as error:
+                return _error(400, "invalid_request_error", str(error))
+            episode.engine.loop.call_soon_threadsafe(_settle, episode.outcome, body)
+            return JSONResponse({"episode_id": episode_id, "recorded": True})
+
         @app.post("/episodes/{episode_id}/v1/chat/completions")
         async def chat_completions(episode_id: str, request: Request) -> JSONResponse:
-            if not hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}"):
+            if not self._authorized(request):
                 return _error(401, "authentication_error", "a valid bearer token for this run is required")
             episode = self._episodes.get(episode_id)
             if episode is None:
@@ -178,6 +250,14 @@ class AgentEndpoint:
             return JSONResponse(_completion(answer, turn, prompt_tokens))
 
         return app
+
+    def _authorized(self, request: Any) -> bool:
+        return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}")
+
+
+def _settle(outcome: asyncio.Future, body: Any) -> None:
+    if not outcome.done():  # a second post, or one after the episode timed out, changes nothing
+        outcome.set_result(body)
 
 
 def _cancel_calls(episode: AgentEpisode) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lit_asyncrl.envs.agent_program import AgentProgramEnv
+from lit_asyncrl.envs.agent_program import AgentTask
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.envs.tools import ToolEnv
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat, EpisodeFormat, PlainFormat
@@ -16,7 +16,7 @@ def episode_format_for(tokenizer: Any, env: Environment) -> EpisodeFormat:
     two with the model's tool calls parsed and the tools' answers rendered (an agent program's too: its
     calls may offer tools)."""
     chat = bool(getattr(tokenizer, "chat_template", None))
-    if isinstance(env, (ToolEnv, AgentProgramEnv)):
+    if isinstance(env, (ToolEnv, AgentTask)):
         return ChatToolFormat(tokenizer, env) if chat else CompactToolFormat(tokenizer, env)
     return ChatTemplateFormat(tokenizer, env) if chat else PlainFormat(tokenizer, env)
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lit_asyncrl.envs.agent_program import AgentProgramEnv
+from lit_asyncrl.envs.agent_program import AgentTask
 from lit_asyncrl.envs.base import Environment, TextEnv, Transition
 from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.episodes.env_calls import EnvCaller
@@ -34,7 +34,7 @@ class EpisodeSettings:
         seed: the environment's reset seed (None: the environment's own).
         recorded: the episode as a checkpoint recorded it in flight: its answered turns are replayed,
             not sampled, and sampling goes on after them (None: a new episode).
-        agent_endpoint: the run's endpoint for agent programs (`AgentProgramEnv`); None for other tasks.
+        agent_endpoint: the run's endpoint for agent programs (`AgentTask`); None for other tasks.
     """
 
     call_env: EnvCaller
@@ -118,7 +118,7 @@ async def play_instance(
     or one task of a mixture), in that task's format; the trajectory records the task's name."""
     task = env.task_of(instance)
     trajectory.task = task.name
-    if isinstance(task.env, AgentProgramEnv):  # an agent program plays through the endpoint, not step by step
+    if isinstance(task.env, AgentTask):  # an agent program plays through the endpoint, not step by step
         from lit_asyncrl.rollout.agent_endpoint.episodes import play_agent_episode
 
         play = play_agent_episode

@@ -25,7 +25,7 @@ import json
 import logging
 from typing import Any
 
-from lit_asyncrl.envs.agent_program import AgentProgramEnv
+from lit_asyncrl.envs.agent_program import AgentTask
 from lit_asyncrl.envs.tools import AssistantTurn, ToolCall, ToolEnv, ToolMessage, ToolOpening, UserMessage
 from lit_asyncrl.rollout.episodes.formats import ChatTemplateFormat, PlainFormat
 from lit_asyncrl.rollout.records import Trajectory
@@ -119,7 +119,7 @@ class ChatToolFormat(ChatTemplateFormat):
     opening_types = (ToolOpening, list)
     observation_types = (ToolOpening, list)
 
-    def __init__(self, tokenizer: Any, env: ToolEnv | AgentProgramEnv) -> None:
+    def __init__(self, tokenizer: Any, env: ToolEnv | AgentTask) -> None:
         super().__init__(tokenizer, env)
         self.parser = ToolCallParser(env.tool_parser, tokenizer)
         self.system_prompt = env.system_prompt
@@ -211,7 +211,7 @@ class CompactToolFormat(PlainFormat):
     opening_types = (ToolOpening, list)
     observation_types = (ToolOpening, list)
 
-    def __init__(self, tokenizer: Any, env: ToolEnv | AgentProgramEnv) -> None:
+    def __init__(self, tokenizer: Any, env: ToolEnv | AgentTask) -> None:
         super().__init__(tokenizer, env)
         if env.tool_parser != "hermes":
             raise ValueError(

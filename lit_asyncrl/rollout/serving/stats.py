@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from lit_asyncrl.envs.agent_program import AgentProgramEnv
+from lit_asyncrl.envs.agent_program import AgentTask
 from lit_asyncrl.envs.tools import ERROR_REASONS, ToolEnv
 from lit_asyncrl.rollout.engine.protocol import Engine
 from lit_asyncrl.rollout.old_logits.dedicated import DedicatedWorker
@@ -38,7 +38,7 @@ def rollout_stats(
     if resumed:  # after a resume: episodes in flight at the checkpoint, continued
         stats["rollout/resumed_in_flight"] = float(resumed)
     stats.update(tool_call_stats(producers))
-    if any(isinstance(task, AgentProgramEnv) for producer in producers for task in producer.env.tasks().values()):
+    if any(isinstance(task, AgentTask) for producer in producers for task in producer.env.tasks().values()):
         stats["rollout/episode_segments"] = float(sum(p.stats.episode_segments for p in producers))
     if len(lane_producers) > 1:
         for lane, producer in enumerate(lane_producers):

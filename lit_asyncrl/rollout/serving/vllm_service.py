@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.envs.agent_program import AgentProgramEnv
+from lit_asyncrl.envs.agent_program import AgentTask, ExternalAgentEnv
 from lit_asyncrl.envs.base import Environment
 from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 from lit_asyncrl.rollout.engine.protocol import Engine, EngineDeadError
@@ -104,16 +104,18 @@ class VLLMRolloutService:
         self.pad_id = pad_token_id(self.tokenizer)
         check_tokenizer_fits_model(self.model_path, self.tokenizer)
         for name, task in env.tasks().items():
-            if not isinstance(task, AgentProgramEnv):  # an agent program's first prompt is its own to send
+            if not isinstance(task, AgentTask):  # an agent program's first prompt is its own to send
                 check_context_holds_a_turn(task, self.episode_formats[name], rollout.engine.max_model_len, seed)
         self.buffer = RolloutBuffer(
             rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter()
         )
         sampling = SamplingSettings(temperature=rollout.batch.temperature, top_k=rollout.batch.top_k)
         #: The chat endpoint agent programs call (started with the engines), None without such a task.
+        agent_tasks = [task for task in env.tasks().values() if isinstance(task, AgentTask)]
+        connection_files = [task.connection_file for task in agent_tasks if isinstance(task, ExternalAgentEnv)]
         self.agent_endpoint = (
-            AgentEndpoint(self.tokenizer, sampling)
-            if any(isinstance(task, AgentProgramEnv) for task in env.tasks().values())
+            AgentEndpoint(self.tokenizer, sampling, connection_files[0] if connection_files else None)
+            if agent_tasks
             else None
         )
         self.evaluator = HeldOutEvaluator(

@@ -9,12 +9,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import json
+import subprocess
+import sys
 import time
 
 import openai
 import pytest
 
-from lit_asyncrl.envs.agent_program import AgentProgramEnv
+from lit_asyncrl.envs.agent_program import AgentProgramEnv, ExternalAgentEnv
 from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 from lit_asyncrl.rollout.engine.protocol import TurnOutput
 from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
@@ -179,3 +182,50 @@ def test_failing_agents_are_dropped_with_their_reasons_and_the_run_goes_on(serve
     assert producer.stats.env_failures["agent_error"] == buffer.dropped["agent_error"]
     (group, *_) = buffer.take(1, timeout_s=1)
     assert [segment.reward for segment in group] == [float(segment.turn_starts[0]) for segment in group]
+
+
+def test_an_agent_in_another_process_claims_episodes_and_posts_their_outcomes(tmp_path):
+    tokenizer = chat_tokenizer(CHATML)
+    connection = tmp_path / "endpoint.json"
+    endpoint = AgentEndpoint(tokenizer, SAMPLING, connection_file=str(connection))
+    engine = PromptLengthEngine(tokenizer)
+    starts = itertools.count()
+    env = ExternalAgentEnv(str(connection), lambda rng: {"start": next(starts)}, held_out_fraction=0.0)
+    buffer = RolloutBuffer(capacity=16, max_version_gap=100)
+    producer = producer_on(engine, env, endpoint, buffer, group_size=2, max_concurrent_groups=2)
+    endpoint.start()
+    agent = None
+    try:
+        assert connection.stat().st_mode & 0o777 == 0o600  # it holds the run's token
+        assert json.loads(connection.read_text()) == {"url": endpoint.url, "token": endpoint.token}
+        agent = subprocess.Popen([sys.executable, "-m", "tests.support.external_agent", str(connection)])
+        producer.start()
+        wait_for(lambda: buffer.pending >= 8, message=lambda: (buffer.counts(), producer.last_env_failure))
+    finally:
+        if agent is not None:
+            agent.kill()
+            agent.wait()
+        producer.stop()
+        engine.shutdown()
+        endpoint.stop()
+    assert not connection.exists()
+    assert buffer.num_dropped == 0 and buffer.accounting_holds()
+    for segment in buffer.pending_trajectories():
+        # Two calls in one trajectory; the outcome the agent posted: the two prompt lengths it was answered.
+        assert segment.num_turns == 2 and segment.reward == float(sum(segment.turn_starts))
+
+
+def test_external_episodes_that_no_agent_claims_are_dropped_naming_the_connection_file(served, tmp_path):
+    tokenizer, endpoint, made = served
+    engine = PromptLengthEngine(tokenizer)
+    env = ExternalAgentEnv(
+        str(tmp_path / "endpoint.json"), lambda rng: {"start": 0}, episode_timeout_s=0.5, held_out_fraction=0.0
+    )
+    buffer = RolloutBuffer(capacity=16, max_version_gap=100)
+    producer = producer_on(engine, env, endpoint, buffer, group_size=2, max_concurrent_groups=2, env_failure_limit=1.0)
+    made.append((engine, producer))
+    producer.start()
+    wait_for(lambda: buffer.dropped["agent_timeout"] >= 4)
+    assert buffer.pending == 0 and engine.requests == []
+    assert "no agent claimed the episode within 0.5 s" in producer.last_env_failure
+    assert str(tmp_path / "endpoint.json") in producer.last_env_failure
