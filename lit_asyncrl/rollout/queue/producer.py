@@ -344,6 +344,7 @@ class RolloutProducer:
                 for trajectory, advantage in zip(kept, self.settings.advantages([t.reward for t in kept])):
                     for segment in trajectory.segments:
                         segment.advantage = advantage
+                    trajectory.later_segments = []  # filed side by side from here on, each once
                 self.stats.policy_tokens += sum(segment.num_policy_tokens for segment in segments)
                 self.stats.episode_segments += len(segments) - len(kept)
                 if not self.buffer.put_group(segments, reserved=self.settings.group_size):

@@ -38,10 +38,11 @@ class PromptLengthEngine(FakeEngine):
     """Answers every call with the length of the prompt it was sent (digits, then `<|im_end|>`), after
     `delay_s`; a prompt asking to hang waits a minute. Counts the calls in flight and those cancelled."""
 
-    def __init__(self, tokenizer, delay_s: float = 0.05) -> None:
+    def __init__(self, tokenizer, delay_s: float = 0.05, hang_word: str | None = "hang") -> None:
         super().__init__(self._answer)
         self.tokenizer = tokenizer
         self.delay_s = delay_s
+        self.hang_word = hang_word
         self.in_flight = 0
         self.most_in_flight = 0
         self.cancelled = 0
@@ -50,7 +51,7 @@ class PromptLengthEngine(FakeEngine):
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            hang = "hang" in self.tokenizer.decode(prompt_ids)
+            hang = self.hang_word is not None and self.hang_word in self.tokenizer.decode(prompt_ids)
             await asyncio.sleep(60 if hang else self.delay_s)
         except asyncio.CancelledError:
             self.cancelled += 1
@@ -229,3 +230,37 @@ def test_external_episodes_that_no_agent_claims_are_dropped_naming_the_connectio
     assert buffer.pending == 0 and engine.requests == []
     assert "no agent claimed the episode within 0.5 s" in producer.last_env_failure
     assert str(tmp_path / "endpoint.json") in producer.last_env_failure
+
+
+def test_an_agent_episode_in_flight_at_a_checkpoint_is_played_again_from_its_start_after_a_resume(served):
+    tokenizer, endpoint, made = served
+    env = AgentProgramEnv(counting_agent, lambda rng: "hang", held_out_fraction=0.0)
+    hanging = PromptLengthEngine(tokenizer)
+    first = producer_on(hanging, env, endpoint, RolloutBuffer(capacity=8, max_version_gap=10), max_concurrent_groups=1)
+    made.append((hanging, first))
+    first.start()
+    wait_for(lambda: hanging.in_flight == 4)
+
+    async def read():
+        return first.in_flight_state()
+
+    (state,) = hanging.run(read())  # on the engine's loop, as a checkpoint reads it
+    chat = [{"role": "user", "content": "count hang"}]
+    prompt = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert [episode["token_ids"] for episode in state["episodes"]] == [prompt] * 4  # the first call's prompt
+    first.stop()
+    assert hanging.cancelled == 4  # the calls in flight went with the stopped producer
+
+    resumed_engine = PromptLengthEngine(tokenizer, hang_word=None)
+    resumed_engine.version = 6
+    buffer = RolloutBuffer(capacity=8, max_version_gap=10)
+    second = producer_on(resumed_engine, env, endpoint, buffer, max_concurrent_groups=1)
+    made.append((resumed_engine, second))
+    second.resumed_groups = [state]
+    second.start()
+    wait_for(lambda: buffer.pending >= 4)
+    group = buffer.take(1, timeout_s=1)[0]
+    assert second.stats.resumed_episodes == 4 and {t.group_id for t in group} == {state["group_id"]}
+    for trajectory in group:  # played again whole by the agent: three calls, all sampled at version 6
+        assert trajectory.token_ids[: len(prompt)] == prompt and trajectory.num_turns == CALLS
+        assert set(trajectory.policy_versions) == {6}
