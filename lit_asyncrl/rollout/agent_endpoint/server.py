@@ -239,8 +239,8 @@ class AgentEndpoint:
                     if await request.is_disconnected():
                         # The agent is gone (it raised, timed out, closed its client): the engine's request
                         # is aborted with the call, and the episode is dropped with the reason.
-                        call.cancel()
                         episode.conversation.dropped = AGENT_DISCONNECTED
+                        call.cancel()
                         return _error(499, "client_closed_request", "the agent disconnected during the call")
                 if waiting.cancelled():  # the episode closed (its agent returned or the run stopped)
                     return _error(410, "episode_closed", "the episode closed during the call")
