@@ -43,8 +43,6 @@ async def play_agent_episode(
 ) -> Trajectory:
     """Run `env`'s agent on `instance` with a client bound to a new episode of the run's endpoint; the
     episode's segments are `trajectory` and its `later_segments`, all with the agent's outcome."""
-    import openai
-
     endpoint = settings.agent_endpoint
     if endpoint is None:
         raise RuntimeError(f"{type(env).__name__} needs the run's agent endpoint (EpisodeSettings.agent_endpoint)")
@@ -52,8 +50,7 @@ async def play_agent_episode(
     episode = AgentEpisode(conversation, engine, settings.sampling, env.max_turn_tokens, settings.max_context)
     episode.instance = instance
     base_url = endpoint.open_episode(episode)
-    # No retries: a call the endpoint refused or cut is the agent's to handle, never sampled twice.
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=endpoint.token, max_retries=0)
+    client = endpoint.client_for(base_url)
     started = time.monotonic()
     try:
         await asyncio.sleep(env.latency_s)
@@ -73,7 +70,6 @@ async def play_agent_episode(
         _drop(trajectory, AGENT_ERROR, f"{type(env).__name__}.agent raised {error!r}")
     finally:
         endpoint.close_episode(episode)
-        await client.close()
         if conversation.dropped is not None:  # the endpoint's reason comes first: it is the cause
             _drop(trajectory, conversation.dropped, f"{type(env).__name__}: {conversation.dropped}")
         for segment in trajectory.segments:

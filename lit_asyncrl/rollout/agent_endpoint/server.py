@@ -112,6 +112,8 @@ class AgentEndpoint:
         self._episodes: dict[str, AgentEpisode] = {}
         #: External agents' episodes not claimed yet, oldest first.
         self._offered: collections.deque[AgentEpisode] = collections.deque()
+        #: The connection pool of each event loop that runs agent programs (an engine's).
+        self._connections: dict[asyncio.AbstractEventLoop, Any] = {}
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -151,6 +153,7 @@ class AgentEndpoint:
         """Stop serving (calls in flight are cancelled with their engine requests); safe to call twice."""
         for episode in list(self._episodes.values()):
             _cancel_calls(episode)
+        self._close_connections(timeout_s)
         if self._server is None:
             return
         self._server.should_exit = True
@@ -160,10 +163,33 @@ class AgentEndpoint:
         if self.connection_file is not None:
             self.connection_file.unlink(missing_ok=True)
 
+    def _close_connections(self, timeout_s: float) -> None:
+        """Close each loop's connection pool on its loop (a loop that no longer runs took them with it)."""
+        pools, self._connections = self._connections, {}
+        for loop, pool in pools.items():
+            if loop.is_running() and not loop.is_closed():
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(pool.close_pool(), loop).result(timeout_s)
+
     def open_episode(self, episode: AgentEpisode) -> str:
         """Serve `episode`'s calls; the base URL to give its agent's client."""
         self._episodes[episode.episode_id] = episode
         return f"{self.url}/episodes/{episode.episode_id}/v1"
+
+    def client_for(self, base_url: str) -> Any:
+        """An `openai.AsyncOpenAI` bound to `base_url` (call on the loop the agent runs on). The clients of
+        one loop share a connection pool: a new pool and connection per episode cost more CPU than the
+        call itself with a small model (benchmarks/bench_agent_endpoint.py); an agent that closes its
+        client leaves the pool to the others. No retries: a call the endpoint refused or cut is the
+        agent's to handle, never sampled twice."""
+        import openai
+
+        loop = asyncio.get_running_loop()
+        if loop not in self._connections:
+            self._connections[loop] = _shared_connections()
+        return openai.AsyncOpenAI(
+            base_url=base_url, api_key=self.token, max_retries=0, http_client=self._connections[loop]
+        )
 
     async def offer(self, episode: AgentEpisode) -> Any:
         """An open episode for an external agent to claim (call on its engine's loop); what the agent
@@ -186,6 +212,7 @@ class AgentEndpoint:
     def _app(self) -> Any:
         from fastapi import FastAPI, Request
         from fastapi.responses import JSONResponse, Response
+        from starlette.requests import ClientDisconnect
 
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
@@ -215,6 +242,8 @@ class AgentEndpoint:
                 agent_outcome(body)
             except ValueError as error:
                 return _error(400, "invalid_request_error", str(error))
+            except ClientDisconnect:
+                return _error(499, "client_closed_request", "the agent disconnected before its outcome was read")
             episode.engine.loop.call_soon_threadsafe(_settle, episode.outcome, body)
             return JSONResponse({"episode_id": episode_id, "recorded": True})
 
@@ -230,6 +259,8 @@ class AgentEndpoint:
                 checked = checked_request(body, self.sampling.temperature, self.sampling.top_k, self.tokenizer)
             except (RefusedRequest, ValueError) as error:
                 return _error(400, "invalid_request_error", str(error))
+            except ClientDisconnect:  # gone before its request was read (its episode was cancelled)
+                return _error(499, "client_closed_request", "the agent disconnected before its request was read")
             call = asyncio.run_coroutine_threadsafe(episode.call(checked), episode.engine.loop)
             episode.calls.add(call)
             call.add_done_callback(episode.calls.discard)
@@ -253,6 +284,21 @@ class AgentEndpoint:
 
     def _authorized(self, request: Any) -> bool:
         return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}")
+
+
+def _shared_connections() -> Any:
+    """An httpx pool that every episode's client of one loop uses, and that only the endpoint closes."""
+    import httpx
+
+    class SharedConnections(httpx.AsyncClient):
+        async def aclose(self) -> None:  # an agent closing its client (`async with client:`) keeps the pool
+            return None
+
+        async def close_pool(self) -> None:
+            await super().aclose()
+
+    # No timeout of the pool's own: a call waits for its answer as long as the agent's client says.
+    return SharedConnections(timeout=None, limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
 
 
 def _settle(outcome: asyncio.Future, body: Any) -> None:
