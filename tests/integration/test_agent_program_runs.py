@@ -12,10 +12,14 @@ from tests.support.runs import SMALL_RUN, read_rows, run_hydra
 pytestmark = pytest.mark.engine
 
 
-def test_an_openai_sdk_agent_trains_through_the_endpoint(tmp_path):
+@pytest.mark.parametrize("experiment", ["ppo_clip_train_infer", "interrupt_sync", "dedicated"])
+def test_an_openai_sdk_agent_trains_through_the_endpoint(tmp_path, experiment):
+    # Every exact route scores the calls' tokens under their own versions (`train/nonfinite_tokens` 0):
+    # interruption-sync scores a call still streaming, the dedicated worker each filed group.
     run_dir = tmp_path / "run"
     run_hydra(
         [
+            f"experiment={experiment}",
             *[override for override in SMALL_RUN if not override.startswith("model.warm_start_steps")],
             "model.warm_start_steps=0",
             "env=agent_program",
@@ -31,6 +35,7 @@ def test_an_openai_sdk_agent_trains_through_the_endpoint(tmp_path):
     rows = read_rows(run_dir / "metrics.csv")
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert all(row["rollout/episode_segments"] == 0 for row in rows)  # the agent never rewrites its history
+    assert all(row["train/nonfinite_tokens"] == 0 for row in rows)
     tokenizer = build_char_tokenizer()
     for step in range(3):
         episodes = [json.loads(line) for line in (run_dir / "trained_episodes" / f"step={step}.jsonl").open()]
