@@ -43,6 +43,8 @@ MODEL_NAME = "policy"
 DISCONNECT_POLL_S = 0.2
 #: Why an episode whose agent disconnected during a call is dropped.
 AGENT_DISCONNECTED = "agent_disconnected"
+#: How long the server keeps an idle connection open, in seconds (longer than clients keep theirs).
+KEEP_ALIVE_S = 120
 #: How long a claim waits for an episode at most, and how often it looks, in seconds.
 MAX_CLAIM_WAIT_S = 60.0
 CLAIM_POLL_S = 0.02
@@ -123,10 +125,17 @@ class AgentEndpoint:
 
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))  # loopback only; the OS picks the port
-        listener.listen()
+        listener.listen(socket.SOMAXCONN)  # many agents may connect at once
         self.port = listener.getsockname()[1]
         config = uvicorn.Config(
-            self._app(), lifespan="off", log_config=None, access_log=False, timeout_graceful_shutdown=5
+            self._app(),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            # Idle connections are closed by the clients (httpx after 5 s), never first by the server: a
+            # server closing one as a client reuses it fails that call (seen in 2 of 16 runs of the 64-episode test).
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         self._server = uvicorn.Server(config)
         server = self._server
@@ -298,7 +307,8 @@ def _shared_connections() -> Any:
             await super().aclose()
 
     # No timeout of the pool's own: a call waits for its answer as long as the agent's client says.
-    return SharedConnections(timeout=None, limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=5.0)
+    return SharedConnections(timeout=None, limits=limits)
 
 
 def _settle(outcome: asyncio.Future, body: Any) -> None:
