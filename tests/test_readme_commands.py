@@ -40,6 +40,8 @@ PLACEHOLDERS = {
     "/path/to/local/hf/model": lambda folder: str(resolve_model_path(None)),
     "problems.jsonl": _problems_file,
     "my_rewards.format_reward": lambda folder: "tests.support.reward_functions.format_reward_func",
+    "my_agent.solve": lambda folder: "lit_asyncrl.examples.arithmetic_agent.solve",
+    "my_agent.draw": lambda folder: "lit_asyncrl.examples.arithmetic_agent.draw_sum",
 }
 
 

@@ -174,7 +174,8 @@ class AgentEndpoint:
 
     def _close_connections(self, timeout_s: float) -> None:
         """Close each loop's connection pool on its loop (a loop that no longer runs took them with it)."""
-        pools, self._connections = self._connections, {}
+        pools = self._connections
+        self._connections = {}
         for loop, pool in pools.items():
             if loop.is_running() and not loop.is_closed():
                 with contextlib.suppress(Exception):
