@@ -1,8 +1,8 @@
 """What an agent's chat request may ask, checked before anything is sampled.
 
 The trainer scores what the engine sampled under the run's sampling settings, so a request may leave
-them out or repeat them, never change them: another temperature, top-k or top-p, several choices, a
-stream, penalties, logit biases or a forced output format are refused with a message naming the field.
+them out or repeat them, never change them: another temperature, top-k or top-p, several choices,
+penalties, logit biases or a forced output format are refused with a message naming the field.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from typing import Any
 #: Fields that would change what the engine samples (or how many answers), refused unless at their neutral value.
 _NEUTRAL = {
     "n": 1,
-    "stream": False,
     "presence_penalty": 0,
     "frequency_penalty": 0,
     "logit_bias": None,
@@ -37,6 +36,9 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None
     max_tokens: int | None
     stop_token_ids: tuple[int, ...] = ()
+    #: Answer as a stream (served whole once sampled), with the usage chunk when asked.
+    stream: bool = False
+    usage: bool = False
 
 
 def checked_request(body: dict[str, Any], temperature: float, top_k: int, tokenizer: Any) -> ChatRequest:
@@ -72,7 +74,11 @@ def checked_request(body: dict[str, Any], temperature: float, top_k: int, tokeni
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
         raise RefusedRequest(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
     stop_token_ids = _stop_token_ids(body.get("stop"), tokenizer)
-    return ChatRequest(messages, None if tool_choice == "none" else tools, max_tokens, stop_token_ids)
+    stream = body.get("stream") or False
+    if not isinstance(stream, bool):
+        raise RefusedRequest(f"stream must be true or false, got {stream!r}")
+    usage = bool((body.get("stream_options") or {}).get("include_usage", False))
+    return ChatRequest(messages, None if tool_choice == "none" else tools, max_tokens, stop_token_ids, stream, usage)
 
 
 def _stop_token_ids(stop: Any, tokenizer: Any) -> tuple[int, ...]:

@@ -20,6 +20,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import hmac
+import itertools
 import json
 import os
 import secrets
@@ -34,6 +35,7 @@ from lit_asyncrl.envs.agent_program import agent_outcome
 from lit_asyncrl.envs.tools import AssistantTurn
 from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
 from lit_asyncrl.rollout.agent_endpoint.requests import ChatRequest, RefusedRequest, checked_request
+from lit_asyncrl.rollout.agent_endpoint.responses import chat_completion, completion_chunks
 from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 
@@ -221,7 +223,7 @@ class AgentEndpoint:
 
     def _app(self) -> Any:
         from fastapi import FastAPI, Request
-        from fastapi.responses import JSONResponse, Response
+        from fastapi.responses import JSONResponse, Response, StreamingResponse
         from starlette.requests import ClientDisconnect
 
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
@@ -288,7 +290,11 @@ class AgentEndpoint:
                 answer, turn, prompt_tokens = waiting.result()
             except RefusedRequest as error:
                 return _error(400, "invalid_request_error", str(error))
-            return JSONResponse(_completion(answer, turn, prompt_tokens))
+            completion = chat_completion(answer, turn, prompt_tokens, MODEL_NAME)
+            if checked.stream:
+                events = (f"data: {json.dumps(chunk)}\n\n" for chunk in completion_chunks(completion, checked.usage))
+                return StreamingResponse(itertools.chain(events, ["data: [DONE]\n\n"]), media_type="text/event-stream")
+            return JSONResponse(completion)
 
         return app
 
@@ -320,37 +326,6 @@ def _settle(outcome: asyncio.Future, body: Any) -> None:
 def _cancel_calls(episode: AgentEpisode) -> None:
     for call in list(episode.calls):
         call.cancel()
-
-
-def _completion(answer: AssistantTurn, turn: TurnOutput, prompt_tokens: int) -> dict[str, Any]:
-    """An answer in OpenAI's chat completion format."""
-    message: dict[str, Any] = {"role": "assistant", "content": answer.content or None}
-    if answer.calls:
-        message["tool_calls"] = [
-            {
-                "id": call.call_id or f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments),
-                },
-            }
-            for call in answer.calls
-        ]
-    finish = "tool_calls" if answer.calls else ("length" if turn.finish_reason == "length" else "stop")
-    completion_tokens = len(turn.token_ids)
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": MODEL_NAME,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
 
 
 def _error(status: int, kind: str, message: str) -> Any:

@@ -82,6 +82,72 @@ def test_an_agent_loop_is_recorded_as_one_trajectory_of_exactly_the_engines_ids(
     assert (first["temperature"], first["top_k"], first["max_tokens"]) == (0.7, -1, 128)
 
 
+def streaming_agent(client: openai.OpenAI) -> tuple[list[str], list[dict]]:
+    """The same agent reading streamed answers as clients do (deltas joined); also the usage chunks."""
+    basket: list[str] = []
+    usages = []
+    messages = [{"role": "user", "content": "add a mug"}]
+    while True:
+        content, calls = "", {}
+        stream = client.chat.completions.create(
+            model="m", messages=messages, tools=TOOLS, stream=True, stream_options={"include_usage": True}
+        )
+        for chunk in stream:
+            if chunk.usage is not None:
+                usages.append(chunk.usage.model_dump())
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                for call in choice.delta.tool_calls or []:
+                    calls[call.index] = call
+        message = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": c.function.model_dump()} for c in calls.values()
+            ]
+        messages.append(message)
+        if not calls:
+            return basket + [content], usages
+        for call in calls.values():
+            basket.append(json.loads(call.function.arguments)["item"])
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": f"{len(basket)} in the basket"})
+
+
+def test_a_streaming_agent_reads_the_same_answers_and_is_recorded_the_same_way(endpoint):
+    tokenizer, engine, served = endpoint
+    episode, url = open_episode(served, engine, tokenizer, group_id=7)
+    basket, usages = streaming_agent(openai.OpenAI(base_url=url, api_key=served.token, max_retries=0))
+    assert basket == ["mug", "Your mug is in."]
+    served.close_episode(episode)
+    (segment,) = episode.conversation.segments  # the second call continued the first, as without streaming
+    policy = [token for token, mine in zip(segment.token_ids, segment.loss_mask) if mine]
+    assert tokenizer.decode(policy, skip_special_tokens=False) == "".join(TURNS)
+    first, second = engine.requests
+    lengths = [len(tokenizer.encode(turn, add_special_tokens=False)) for turn in TURNS]
+    assert [usage["prompt_tokens"] for usage in usages] == [len(first["prompt"]), len(second["prompt"])]
+    assert [usage["completion_tokens"] for usage in usages] == lengths
+
+
+def test_a_single_token_stop_string_ends_the_answer_there_and_longer_ones_are_refused():
+    tokenizer = chat_tokenizer(CHATML)
+    engine = scripted_engine(tokenizer, ["Yes."])  # the engine stopped at the request's stop token
+    served = AgentEndpoint(tokenizer, SAMPLING)
+    served.start()
+    try:
+        _, url = open_episode(served, engine, tokenizer, group_id=0)
+        client = openai.OpenAI(base_url=url, api_key=served.token, max_retries=0)
+        ask = [{"role": "user", "content": "ok?"}]
+        with pytest.raises(openai.BadRequestError, match=r"stop='END' is 3 tokens"):
+            client.chat.completions.create(model="m", messages=ask, stop=["END"])
+        reply = client.chat.completions.create(model="m", messages=ask, stop=["."])
+        (request,) = engine.requests
+        dot = tokenizer.encode(".", add_special_tokens=False)
+        assert request["stop"][-1:] == dot  # the engine stops at it, beside the template's own stops
+        assert reply.choices[0].message.content == ["Yes.", "|im_end|>"][0]
+    finally:
+        served.stop()
+        engine.shutdown()
+
+
 def test_requests_without_the_token_or_with_other_sampling_are_refused(endpoint):
     tokenizer, engine, served = endpoint
     _, url = open_episode(served, engine, tokenizer, group_id=0)
