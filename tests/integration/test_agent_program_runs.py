@@ -12,14 +12,19 @@ from tests.support.runs import SMALL_RUN, read_rows, run_hydra
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize("experiment", ["ppo_clip_train_infer", "interrupt_sync", "dedicated"])
-def test_an_openai_sdk_agent_trains_through_the_endpoint(tmp_path, experiment):
-    # Every exact route scores the calls' tokens under their own versions (`train/nonfinite_tokens` 0):
-    # interruption-sync scores a call still streaming, the dedicated worker each filed group.
-    run_dir = tmp_path / "run"
+#: The exact routes that score calls while they run: interruption-sync scores a call still streaming at a
+#: version change, the dedicated worker each filed group (and the outgoing version's partial turns).
+EXPERIMENTS = ("interrupt_sync", "dedicated")
+
+
+def test_an_openai_sdk_agent_trains_through_the_endpoint_on_the_exact_routes(tmp_path, subtests):
+    # One Hydra multirun (one process, its jobs one after another): every call's tokens are scored
+    # under their own versions (`train/nonfinite_tokens` 0).
     run_hydra(
         [
-            f"experiment={experiment}",
+            "-m",
+            f"experiment={','.join(EXPERIMENTS)}",
+            f"hydra.sweep.dir={tmp_path}",
             *[override for override in SMALL_RUN if not override.startswith("model.warm_start_steps")],
             "model.warm_start_steps=0",
             "env=agent_program",
@@ -29,9 +34,16 @@ def test_an_openai_sdk_agent_trains_through_the_endpoint(tmp_path, experiment):
             "trainer.max_steps=3",
             "trainer.num_sanity_val_steps=0",
             "save_trained_episodes=true",
-            f"hydra.run.dir={run_dir}",
         ]
     )
+    for job, experiment in enumerate(EXPERIMENTS):
+        with subtests.test(experiment=experiment):
+            (run_dir,) = tmp_path.glob(f"{job}_*")
+            assert f"experiment={experiment}" in run_dir.name
+            check_run(run_dir)
+
+
+def check_run(run_dir) -> None:
     rows = read_rows(run_dir / "metrics.csv")
     assert [row["step"] for row in rows] == [0, 1, 2]
     assert all(row["rollout/episode_segments"] == 0 for row in rows)  # the agent never rewrites its history
