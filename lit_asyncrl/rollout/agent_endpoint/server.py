@@ -4,8 +4,10 @@ An agent program is given `base_url` = `http://127.0.0.1:<port>/episodes/<episod
 bearer token; whatever it sends to `chat/completions` there is rendered (`conversation.py`), sampled by
 the engine that plays the episode with the run's settings (`requests.py` refuses others) and recorded
 under its episode with per-token versions and log-probs. The server is FastAPI under uvicorn on a thread
-of its own, on a loopback socket the OS gives a free port; each call's rendering, sampling and recording
-run on its engine's event loop, where the producer and the old-logit routes read the same trajectories.
+of its own, on a loopback socket the OS gives a free port, for agents in other processes; an agent in
+this process calls the same application without a socket (`client_for`). Each call's rendering,
+sampling and recording run on its engine's event loop, where the producer and the old-logit routes read
+the same trajectories.
 
 Why not vLLM's own OpenAI serving layer: it renders each request's whole conversation and tokenizes it
 again, so the ids of earlier answers would be re-tokenized text, not what the engine sampled, and the
@@ -116,9 +118,10 @@ class AgentEndpoint:
         self._episodes: dict[str, AgentEpisode] = {}
         #: External agents' episodes not claimed yet, oldest first.
         self._offered: collections.deque[AgentEpisode] = collections.deque()
-        #: The connection pool of each event loop that runs agent programs (an engine's).
+        #: The in-process client of each event loop that runs agent programs (an engine's).
         self._connections: dict[asyncio.AbstractEventLoop, Any] = {}
         self._server: Any = None
+        self._asgi_app: Any = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -129,8 +132,9 @@ class AgentEndpoint:
         listener.bind(("127.0.0.1", 0))  # loopback only; the OS picks the port
         listener.listen(socket.SOMAXCONN)  # many agents may connect at once
         self.port = listener.getsockname()[1]
+        self._asgi_app = self._app()
         config = uvicorn.Config(
-            self._app(),
+            self._asgi_app,
             lifespan="off",
             log_config=None,
             access_log=False,
@@ -175,7 +179,7 @@ class AgentEndpoint:
             self.connection_file.unlink(missing_ok=True)
 
     def _close_connections(self, timeout_s: float) -> None:
-        """Close each loop's connection pool on its loop (a loop that no longer runs took them with it)."""
+        """Close each loop's in-process client on its loop (a loop that no longer runs took it with it)."""
         pools = self._connections
         self._connections = {}
         for loop, pool in pools.items():
@@ -189,16 +193,16 @@ class AgentEndpoint:
         return f"{self.url}/episodes/{episode.episode_id}/v1"
 
     def client_for(self, base_url: str) -> Any:
-        """An `openai.AsyncOpenAI` bound to `base_url` (call on the loop the agent runs on). The clients of
-        one loop share a connection pool: a new pool and connection per episode cost more CPU than the
-        call itself with a small model (benchmarks/bench_agent_endpoint.py); an agent that closes its
-        client leaves the pool to the others. No retries: a call the endpoint refused or cut is the
-        agent's to handle, never sampled twice."""
+        """An `openai.AsyncOpenAI` bound to `base_url` for an agent in this process (call on the loop it runs
+        on). Its requests reach the endpoint's application directly, through httpx's ASGI transport: the
+        same checks, recording and answers as over the socket, without a connection per call, whose
+        pool costs more CPU than the call itself once a hundred episodes run at once. No retries: a call
+        the endpoint refused or cut is the agent's to handle, never sampled twice."""
         import openai
 
         loop = asyncio.get_running_loop()
         if loop not in self._connections:
-            self._connections[loop] = _shared_connections()
+            self._connections[loop] = _in_process_connections(self._asgi_app)
         return openai.AsyncOpenAI(
             base_url=base_url, api_key=self.token, max_retries=0, http_client=self._connections[loop]
         )
@@ -290,6 +294,12 @@ class AgentEndpoint:
                 answer, turn, prompt_tokens = waiting.result()
             except RefusedRequest as error:
                 return _error(400, "invalid_request_error", str(error))
+            except asyncio.CancelledError:
+                # An in-process agent's call cancelled (its task was, or it gave up waiting): the same as a
+                # disconnection, the engine's request goes with it.
+                episode.conversation.dropped = AGENT_DISCONNECTED
+                call.cancel()
+                raise
             completion = chat_completion(answer, turn, prompt_tokens, MODEL_NAME)
             if checked.stream:
                 events = (f"data: {json.dumps(chunk)}\n\n" for chunk in completion_chunks(completion, checked.usage))
@@ -302,20 +312,21 @@ class AgentEndpoint:
         return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}")
 
 
-def _shared_connections() -> Any:
-    """An httpx pool that every episode's client of one loop uses, and that only the endpoint closes."""
+def _in_process_connections(app: Any) -> Any:
+    """An httpx client that every in-process agent of one loop uses, calling `app` without a socket; only
+    the endpoint closes it."""
     import httpx
 
-    class SharedConnections(httpx.AsyncClient):
-        async def aclose(self) -> None:  # an agent closing its client (`async with client:`) keeps the pool
+    class InProcessConnections(httpx.AsyncClient):
+        async def aclose(self) -> None:  # an agent closing its client (`async with client:`) keeps it for the others
             return None
 
         async def close_pool(self) -> None:
             await super().aclose()
 
-    # No timeout of the pool's own: a call waits for its answer as long as the agent's client says.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=5.0)
-    return SharedConnections(timeout=None, limits=limits)
+    # An error inside the application answers 500, as over the socket, instead of raising in the agent.
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return InProcessConnections(transport=transport, timeout=None)
 
 
 def _settle(outcome: asyncio.Future, body: Any) -> None:

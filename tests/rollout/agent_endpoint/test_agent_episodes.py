@@ -154,10 +154,11 @@ def test_64_agent_episodes_at_once_are_recorded_whole_and_exact(served):
 
 
 async def failing_agent(client: openai.AsyncOpenAI, instance: str):
-    reply = await client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "hang" if instance == "disconnect" else "hello"}],
-        timeout=0.5 if instance == "disconnect" else None,
-    )  # fmt: skip
+    call = client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "hang" if instance == "disconnect" else "hello"}]
+    )
+    # "disconnect" gives up on its call after 0.5 s (cancelled, as a timeout of its own would).
+    reply = await asyncio.wait_for(call, 0.5 if instance == "disconnect" else None)
     if instance == "raise":
         raise KeyError("the agent's own bug")
     if instance == "malformed":
