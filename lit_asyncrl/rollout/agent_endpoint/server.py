@@ -30,6 +30,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,7 @@ class AgentEndpoint:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))  # loopback only; the OS picks the port
         listener.listen(socket.SOMAXCONN)  # many agents may connect at once
+        _hidden_from_forked_children(listener)
         self.port = listener.getsockname()[1]
         self._asgi_app = self._app()
         config = uvicorn.Config(
@@ -310,6 +312,24 @@ class AgentEndpoint:
 
     def _authorized(self, request: Any) -> bool:
         return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}")
+
+
+def _hidden_from_forked_children(listener: socket.socket) -> None:
+    """A process forked from this one (an engine core starting or restarting after the endpoint) would hold
+    a copy of the listening socket: the port would stay open, taking connections nobody answers, until that
+    process ends (seen with `ss -ltnp`: the engine core listed on the endpoint's port). In such a child the
+    descriptor is pointed at /dev/null (not closed: its number must not be reused under the socket object)."""
+    descriptor = listener.fileno()
+    owner = weakref.ref(listener)
+
+    def in_child() -> None:
+        held = owner()
+        if held is not None and held.fileno() == descriptor:  # still this endpoint's open socket
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, descriptor, inheritable=False)
+            os.close(null)
+
+    os.register_at_fork(after_in_child=in_child)
 
 
 def _in_process_connections(app: Any) -> Any:

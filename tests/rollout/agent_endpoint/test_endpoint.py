@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 
@@ -185,6 +186,29 @@ def test_the_endpoint_listens_on_loopback_only_and_stops():
         served.stop()
         engine.shutdown()
     with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", served.port), timeout=2).close()
+
+
+def test_a_process_forked_after_the_endpoint_started_does_not_hold_its_port():
+    tokenizer = chat_tokenizer(CHATML)
+    served = AgentEndpoint(tokenizer, SAMPLING)
+    served.start()
+    try:
+        (listener,) = [c for c in psutil.Process().net_connections("tcp") if c.laddr.port == served.port]
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # as an engine core forked after the endpoint: what does it hold at that number?
+            os.close(read)
+            os.write(write, os.readlink(f"/proc/self/fd/{listener.fd}").encode())
+            os._exit(0)
+        os.close(write)
+        held = os.read(read, 256).decode()
+        os.close(read)
+        os.waitpid(child, 0)
+        assert held == os.devnull
+    finally:
+        served.stop()
+    with pytest.raises(OSError):  # the port is closed: no copy of the socket is left anywhere
         socket.create_connection(("127.0.0.1", served.port), timeout=2).close()
 
 
