@@ -135,7 +135,7 @@ class ExternalAgentEnv(AgentTask):
     def generate_instance(self, rng: random.Random) -> Any:
         instance = super().generate_instance(rng)
         try:
-            json.dumps(instance)
+            json.dumps(instance, allow_nan=False)  # as the endpoint sends it
         except (TypeError, ValueError) as error:
             raise ValueError(f"env.instances: an external agent receives its instance as JSON: {error}") from error
         return instance

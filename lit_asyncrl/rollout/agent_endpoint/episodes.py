@@ -1,7 +1,8 @@
 """Plays one episode of an agent program: its client bound to the episode's URL, its outcome as the reward.
 
-The agent runs on the engine's event loop like any episode; its calls reach the endpoint's thread over
-loopback HTTP and are sampled back on this loop. An episode ends when the agent returns. It is dropped,
+The agent runs on the engine's event loop like any episode; its calls reach the endpoint's application
+(in this process through httpx's ASGI transport, on this loop; from another process over loopback HTTP)
+and are sampled on this loop. An episode ends when the agent returns. It is dropped,
 with a counted reason (`rollout/dropped_<reason>`), when the agent raises (`agent_error`), returns no
 reward (`agent_malformed`), outlives `env.episode_timeout_s` (`agent_timeout`) or disconnects during a
 call (`agent_disconnected`): a call in flight then has its engine request cancelled.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lit_asyncrl.envs.agent_program import AgentTask, ExternalAgentEnv, agent_outcome
 from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
@@ -31,6 +32,13 @@ if TYPE_CHECKING:
 AGENT_ERROR = "agent_error"
 AGENT_MALFORMED = "agent_malformed"
 AGENT_TIMEOUT = "agent_timeout"
+
+
+class Failure(NamedTuple):
+    """Why an agent episode is dropped, and the message the failure-rate stop quotes."""
+
+    reason: str
+    message: str
 
 
 async def play_agent_episode(
@@ -52,26 +60,36 @@ async def play_agent_episode(
     base_url = endpoint.open_episode(episode)
     client = endpoint.client_for(base_url)
     started = time.monotonic()
+    deadline = asyncio.timeout(env.episode_timeout_s)
+    failure: Failure | None = None
     try:
         await asyncio.sleep(env.latency_s)
-        async with asyncio.timeout(env.episode_timeout_s):
+        async with deadline:
             if isinstance(env, ExternalAgentEnv):
                 returned = await endpoint.offer(episode)
             else:
                 returned = await env.run(client, instance)
-        outcome = agent_outcome(returned)
-        trajectory.reward = outcome.reward
-        trajectory.success = outcome.success
-    except TimeoutError:
-        _drop(trajectory, AGENT_TIMEOUT, _timeout_message(env, episode))
-    except ValueError as error:
-        _drop(trajectory, AGENT_MALFORMED, f"{type(env).__name__}: {error}")
+    except TimeoutError as error:
+        # The run's deadline, or a timeout of the agent's own (which is the agent's failure).
+        failure = Failure(AGENT_TIMEOUT, _timeout_message(env, episode)) if deadline.expired() else _raised(env, error)
     except Exception as error:  # the agent's own failure: its episode is dropped, the run goes on
-        _drop(trajectory, AGENT_ERROR, f"{type(env).__name__}.agent raised {error!r}")
+        failure = _raised(env, error)
+    else:
+        try:
+            outcome = agent_outcome(returned)
+            trajectory.reward = outcome.reward
+            trajectory.success = outcome.success
+        except ValueError as error:
+            failure = Failure(AGENT_MALFORMED, f"{type(env).__name__}: {error}")
     finally:
         endpoint.close_episode(episode)
-        if conversation.dropped is not None:  # the endpoint's reason comes first: it is the cause
-            _drop(trajectory, conversation.dropped, f"{type(env).__name__}: {conversation.dropped}")
+        # The cause counts: a call the agent left in flight (a disconnection) before the error it then raised,
+        # but the run's deadline before the disconnection that it made.
+        if conversation.dropped is not None and (failure is None or failure.reason == AGENT_ERROR):
+            failure = Failure(conversation.dropped, f"{type(env).__name__}: {conversation.dropped}")
+        if failure is not None:
+            trajectory.env_failure = failure.reason
+            trajectory.env_failure_message = failure.message
         for segment in trajectory.segments:
             segment.duration_s = time.monotonic() - started
             segment.finished = True
@@ -90,6 +108,5 @@ def _timeout_message(env: AgentTask, episode: AgentEpisode) -> str:
     return f"{type(env).__name__}: the agent did not return within {env.episode_timeout_s} s"
 
 
-def _drop(trajectory: Trajectory, reason: str, message: str) -> None:
-    trajectory.env_failure = reason
-    trajectory.env_failure_message = message
+def _raised(env: AgentTask, error: BaseException) -> Failure:
+    return Failure(AGENT_ERROR, f"{type(env).__name__}.agent raised {error!r}")

@@ -78,7 +78,10 @@ def checked_request(body: dict[str, Any], temperature: float, top_k: int, tokeni
     if not isinstance(stream, bool):
         raise RefusedRequest(f"stream must be true or false, got {stream!r}")
     usage = bool((body.get("stream_options") or {}).get("include_usage", False))
-    return ChatRequest(messages, None if tool_choice == "none" else tools, max_tokens, stop_token_ids, stream, usage)
+    # `none` renders the call without the tools (forbidding calls would constrain sampling): the model is not
+    # shown them, and a call it writes anyway is returned as one.
+    offered = None if tool_choice == "none" else tools
+    return ChatRequest(messages, offered, max_tokens, stop_token_ids, stream, usage)
 
 
 def _stop_token_ids(stop: Any, tokenizer: Any) -> tuple[int, ...]:

@@ -41,6 +41,7 @@ from lit_asyncrl.rollout.agent_endpoint.requests import ChatRequest, RefusedRequ
 from lit_asyncrl.rollout.agent_endpoint.responses import chat_completion, completion_chunks
 from lit_asyncrl.rollout.engine.protocol import Engine, TurnOutput
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
+from lit_asyncrl.text import UnencodableTextError
 
 #: The name the endpoint answers to (`model` in requests may be anything: there is one policy).
 MODEL_NAME = "policy"
@@ -80,10 +81,14 @@ class AgentEpisode:
     instance: Any = None
     claimed: bool = False
     outcome: asyncio.Future | None = None
+    #: Set when the episode ends (on the engine's loop): a call that reaches it afterwards samples nothing.
+    closed: bool = False
     _lock: asyncio.Lock | None = None
 
     async def call(self, request: ChatRequest) -> tuple[AssistantTurn, TurnOutput, int]:
         """Render, sample and record one call (on the engine's loop): the answer, the turn, the prompt's length."""
+        if self.closed:  # its agent returned (or the run stopped) while this call's request was being read
+            raise EpisodeClosed
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one call of an episode at a time: its trajectory grows in order
@@ -97,6 +102,10 @@ class AgentEpisode:
             max_tokens = min(request.max_tokens or self.max_turn_tokens, self.max_turn_tokens, room)
             turn = await conversation.sample(self.engine, self.sampling, max_tokens, [*stop_ids, *request_stop_ids])
             return conversation.answer(turn, request_stop_ids), turn, len(prompt)
+
+
+class EpisodeClosed(Exception):
+    """A call reached an episode that had ended (HTTP 410)."""
 
 
 class AgentEndpoint:
@@ -163,6 +172,7 @@ class AgentEndpoint:
         path = self.connection_file
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(descriptor, 0o600)  # a file that was there keeps its mode otherwise
         with os.fdopen(descriptor, "w") as file:
             json.dump({"url": self.url, "token": self.token}, file)
 
@@ -220,6 +230,7 @@ class AgentEndpoint:
         """The episode's URL answers no more. A call still in flight is cancelled with its engine request,
         and the episode dropped: its agent left during a call (it raised, timed out or returned without
         waiting), so the trajectory ends in an answer the agent never read."""
+        episode.closed = True
         self._episodes.pop(episode.episode_id, None)
         with contextlib.suppress(ValueError):  # claimed, or never offered
             self._offered.remove(episode)
@@ -239,11 +250,14 @@ class AgentEndpoint:
             if not self._authorized(request):
                 return _error(401, "authentication_error", "a valid bearer token for this run is required")
             deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_CLAIM_WAIT_S)
-            while not self._offered:
+            episode = None
+            while episode is None:
                 if time.monotonic() >= deadline:
                     return Response(status_code=204)
                 await asyncio.sleep(CLAIM_POLL_S)
-            episode = self._offered.popleft()
+                if self._offered and not await request.is_disconnected():  # a gone agent takes nothing
+                    with contextlib.suppress(IndexError):  # the last one closed meanwhile
+                        episode = self._offered.popleft()
             episode.claimed = True
             base_url = f"{self.url}/episodes/{episode.episode_id}/v1"
             return JSONResponse({"episode_id": episode.episode_id, "base_url": base_url, "instance": episode.instance})
@@ -275,8 +289,8 @@ class AgentEndpoint:
             try:
                 body = await request.json()
                 checked = checked_request(body, self.sampling.temperature, self.sampling.top_k, self.tokenizer)
-            except (RefusedRequest, ValueError) as error:
-                return _error(400, "invalid_request_error", str(error))
+            except (RefusedRequest, ValueError, TypeError, AttributeError, KeyError) as error:
+                return _error(400, "invalid_request_error", f"malformed request: {error}")
             except ClientDisconnect:  # gone before its request was read (its episode was cancelled)
                 return _error(499, "client_closed_request", "the agent disconnected before its request was read")
             call = asyncio.run_coroutine_threadsafe(episode.call(checked), episode.engine.loop)
@@ -296,6 +310,11 @@ class AgentEndpoint:
                 answer, turn, prompt_tokens = waiting.result()
             except RefusedRequest as error:
                 return _error(400, "invalid_request_error", str(error))
+            except EpisodeClosed:
+                return _error(410, "episode_closed", "the episode ended before this call")
+            except (ValueError, TypeError, KeyError, UnencodableTextError) as error:
+                # Messages the chat template or the tokenizer cannot take (e.g. content as a list of parts).
+                return _error(400, "invalid_request_error", f"the messages cannot be rendered: {error!r}")
             except asyncio.CancelledError:
                 # An in-process agent's call cancelled (its task was, or it gave up waiting): the same as a
                 # disconnection, the engine's request goes with it.
@@ -311,7 +330,9 @@ class AgentEndpoint:
         return app
 
     def _authorized(self, request: Any) -> bool:
-        return hmac.compare_digest(request.headers.get("authorization", ""), f"Bearer {self.token}")
+        # As bytes: a header of other characters is refused, not an error.
+        given = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
+        return hmac.compare_digest(given, f"Bearer {self.token}".encode())
 
 
 def _hidden_from_forked_children(listener: socket.socket) -> None:

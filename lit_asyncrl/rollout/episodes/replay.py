@@ -39,6 +39,9 @@ class RecordedTurn:
 def committed_part(trajectory: Trajectory) -> Trajectory:
     """What a checkpoint keeps of an episode in flight: its tokens up to the last final one, and its
     answered turns (a finished episode whole)."""
+    if trajectory.finished and trajectory.later_segments:
+        # An agent episode of several segments, which a checkpoint does not hold: played again from its start.
+        return Trajectory(group_id=trajectory.group_id, task=trajectory.task)
     kept = copy.deepcopy(trajectory)
     if trajectory.finished:
         return kept

@@ -19,7 +19,7 @@ from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.records import Trajectory
 from lit_asyncrl.text import UnencodableTextError
 
-if TYPE_CHECKING:  # the endpoint's module imports this one; it is loaded only for agent programs
+if TYPE_CHECKING:  # for the annotation only: the runner needs nothing of the endpoint to play other tasks
     from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 
 

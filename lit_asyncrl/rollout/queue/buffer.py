@@ -1,7 +1,8 @@
 """A bounded, staleness-aware buffer of finished advantage groups, shared by engine and trainer.
 
-Accounting holds at every moment: produced = trained + dropped + pending (in episodes). Episodes
-leave only by being handed to the trainer or by being dropped with a counted reason.
+Accounting holds at every moment: produced = trained + dropped + pending (in episodes; an agent
+program's episode filed as several segments counts one per segment, `rollout/agent_endpoint`).
+Episodes leave only by being handed to the trainer or by being dropped with a counted reason.
 
 On a mixture of tasks the buffer also counts, per task, the episodes produced, trained and dropped
 as stale: the staleness cap drops long episodes more often than short ones, so the mix the trainer

@@ -110,9 +110,9 @@ class VLLMRolloutService:
             rollout.batch.buffer_capacity, rollout.batch.max_version_gap, rollout.filters.group_filter()
         )
         sampling = SamplingSettings(temperature=rollout.batch.temperature, top_k=rollout.batch.top_k)
-        #: The chat endpoint agent programs call (started with the engines), None without such a task.
         agent_tasks = [task for task in env.tasks().values() if isinstance(task, AgentTask)]
         connection_files = [task.connection_file for task in agent_tasks if isinstance(task, ExternalAgentEnv)]
+        #: The chat endpoint agent programs call (started with the engines), None without such a task.
         self.agent_endpoint = (
             AgentEndpoint(self.tokenizer, sampling, connection_files[0] if connection_files else None)
             if agent_tasks

@@ -21,9 +21,11 @@ from lit_asyncrl.envs.agent_program import AgentProgramEnv, ExternalAgentEnv
 from lit_asyncrl.rollout.agent_endpoint.server import AgentEndpoint
 from lit_asyncrl.rollout.engine.protocol import TurnOutput
 from lit_asyncrl.rollout.episodes.for_task import episode_formats_for
+from lit_asyncrl.rollout.episodes.replay import committed_part
 from lit_asyncrl.rollout.episodes.sampling import SamplingSettings
 from lit_asyncrl.rollout.queue.buffer import RolloutBuffer
 from lit_asyncrl.rollout.queue.producer import ProducerSettings, RolloutProducer
+from lit_asyncrl.rollout.records import Trajectory
 from tests.support.chat_templates import CHATML, chat_tokenizer
 from tests.support.fakes import FakeEngine
 from tests.support.xdist_groups import imports_vllm
@@ -155,9 +157,10 @@ def test_64_agent_episodes_at_once_are_recorded_whole_and_exact(served):
 
 async def failing_agent(client: openai.AsyncOpenAI, instance: str):
     call = client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "hang" if instance == "disconnect" else "hello"}]
+        model="policy", messages=[{"role": "user", "content": "hang" if instance in ("disconnect", "hang") else "hi"}]
     )
-    # "disconnect" gives up on its call after 0.5 s (cancelled, as a timeout of its own would).
+    # "disconnect" gives up on its call after 0.5 s (cancelled, as a timeout of its own would); "hang" waits
+    # until the run's deadline cuts the call.
     reply = await asyncio.wait_for(call, 0.5 if instance == "disconnect" else None)
     if instance == "raise":
         raise KeyError("the agent's own bug")
@@ -171,7 +174,7 @@ async def failing_agent(client: openai.AsyncOpenAI, instance: str):
 def test_failing_agents_are_dropped_with_their_reasons_and_the_run_goes_on(served):
     tokenizer, endpoint, made = served
     engine = PromptLengthEngine(tokenizer)
-    kinds = ["ok", "raise", "malformed", "timeout", "disconnect"]
+    kinds = ["ok", "raise", "malformed", "timeout", "disconnect", "hang"]
     draws = itertools.cycle(kinds)
     env = AgentProgramEnv(failing_agent, lambda rng: next(draws), episode_timeout_s=2.0, held_out_fraction=0.0)
     buffer = RolloutBuffer(capacity=64, max_version_gap=100)
@@ -179,8 +182,13 @@ def test_failing_agents_are_dropped_with_their_reasons_and_the_run_goes_on(serve
     made.append((engine, producer))
     producer.start()
     reasons = ("agent_error", "agent_malformed", "agent_timeout", "agent_disconnected")
+    # "timeout" and "hang" both outlive the deadline (one after its call, one inside it): 4 episodes each.
     wait_for(
-        lambda: all(buffer.dropped[reason] >= 4 for reason in reasons) and buffer.pending >= 4,
+        lambda: (
+            all(buffer.dropped[reason] >= 4 for reason in reasons)
+            and buffer.dropped["agent_timeout"] >= 8
+            and buffer.pending >= 4
+        ),
         message=lambda: (buffer.counts(), producer.error, producer.last_env_failure),
     )
     producer.stop()
@@ -271,3 +279,17 @@ def test_an_agent_episode_in_flight_at_a_checkpoint_is_played_again_from_its_sta
     for trajectory in group:  # played again whole by the agent: three calls, all sampled at version 6
         assert trajectory.token_ids[: len(prompt)] == prompt and trajectory.num_turns == CALLS
         assert set(trajectory.policy_versions) == {6}
+
+
+def test_a_checkpoint_keeps_no_part_of_a_finished_agent_episode_of_several_segments():
+    # Its later segments are not checkpointed, so the episode is played again whole rather than kept in part.
+    episode = Trajectory(group_id=3, task="agents")
+    episode.extend_policy([1, 2], [-0.5, -0.5], [4, 4])
+    episode.later_segments.append(Trajectory(group_id=3))
+    episode.finished = True
+    kept = committed_part(episode)
+    assert (kept.token_ids, kept.finished, kept.group_id, kept.task) == ([], False, 3, "agents")
+    single = Trajectory(group_id=3)
+    single.extend_policy([1, 2], [-0.5, -0.5], [4, 4])
+    single.finished = True
+    assert committed_part(single).token_ids == [1, 2]  # one segment: kept whole, as any finished episode

@@ -10,6 +10,7 @@ import os
 import socket
 import threading
 
+import httpx
 import openai
 import psutil
 import pytest
@@ -164,6 +165,11 @@ def test_requests_without_the_token_or_with_other_sampling_are_refused(endpoint)
         openai.OpenAI(
             base_url=url.replace("/episodes/", "/episodes/x"), api_key=served.token, max_retries=0
         ).chat.completions.create(model="m", messages=ask)
+    headers = {"Authorization": f"Bearer {served.token}"}
+    malformed = httpx.post(f"{url}/chat/completions", headers=headers, json={"messages": ask, "tools": ["add"]})
+    assert malformed.status_code == 400 and "malformed request" in malformed.json()["error"]["message"]
+    odd_token = httpx.post(f"{url}/chat/completions", headers={"Authorization": b"Bearer \xe9t\xe9"}, json={})
+    assert odd_token.status_code == 401  # refused, not an error of the server
     assert engine.requests == []  # nothing was sampled for a refused request
 
 
