@@ -30,12 +30,12 @@ import socket
 import threading
 import time
 import uuid
-import weakref
 from pathlib import Path
 from typing import Any
 
 from lit_asyncrl.envs.agent_program import agent_outcome
 from lit_asyncrl.envs.tools import AssistantTurn
+from lit_asyncrl.rollout.agent_endpoint.connections import hidden_from_forked_children, in_process_connections
 from lit_asyncrl.rollout.agent_endpoint.conversation import AgentConversation
 from lit_asyncrl.rollout.agent_endpoint.requests import ChatRequest, RefusedRequest, checked_request
 from lit_asyncrl.rollout.agent_endpoint.responses import chat_completion, completion_chunks
@@ -141,7 +141,7 @@ class AgentEndpoint:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", 0))  # loopback only; the OS picks the port
         listener.listen(socket.SOMAXCONN)  # many agents may connect at once
-        _hidden_from_forked_children(listener)
+        hidden_from_forked_children(listener)
         self.port = listener.getsockname()[1]
         self._asgi_app = self._app()
         config = uvicorn.Config(
@@ -214,7 +214,7 @@ class AgentEndpoint:
 
         loop = asyncio.get_running_loop()
         if loop not in self._connections:
-            self._connections[loop] = _in_process_connections(self._asgi_app)
+            self._connections[loop] = in_process_connections(self._asgi_app)
         return openai.AsyncOpenAI(
             base_url=base_url, api_key=self.token, max_retries=0, http_client=self._connections[loop]
         )
@@ -333,41 +333,6 @@ class AgentEndpoint:
         # As bytes: a header of other characters is refused, not an error.
         given = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
         return hmac.compare_digest(given, f"Bearer {self.token}".encode())
-
-
-def _hidden_from_forked_children(listener: socket.socket) -> None:
-    """A process forked from this one (an engine core starting or restarting after the endpoint) would hold
-    a copy of the listening socket: the port would stay open, taking connections nobody answers, until that
-    process ends (seen with `ss -ltnp`: the engine core listed on the endpoint's port). In such a child the
-    descriptor is pointed at /dev/null (not closed: its number must not be reused under the socket object)."""
-    descriptor = listener.fileno()
-    owner = weakref.ref(listener)
-
-    def in_child() -> None:
-        held = owner()
-        if held is not None and held.fileno() == descriptor:  # still this endpoint's open socket
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, descriptor, inheritable=False)
-            os.close(null)
-
-    os.register_at_fork(after_in_child=in_child)
-
-
-def _in_process_connections(app: Any) -> Any:
-    """An httpx client that every in-process agent of one loop uses, calling `app` without a socket; only
-    the endpoint closes it."""
-    import httpx
-
-    class InProcessConnections(httpx.AsyncClient):
-        async def aclose(self) -> None:  # an agent closing its client (`async with client:`) keeps it for the others
-            return None
-
-        async def close_pool(self) -> None:
-            await super().aclose()
-
-    # An error inside the application answers 500, as over the socket, instead of raising in the agent.
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-    return InProcessConnections(transport=transport, timeout=None)
 
 
 def _settle(outcome: asyncio.Future, body: Any) -> None:
