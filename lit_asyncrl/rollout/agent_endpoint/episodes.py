@@ -58,7 +58,6 @@ async def play_agent_episode(
     episode = AgentEpisode(conversation, engine, settings.sampling, env.max_turn_tokens, settings.max_context)
     episode.instance = instance
     base_url = endpoint.open_episode(episode)
-    client = endpoint.client_for(base_url)
     started = time.monotonic()
     deadline = asyncio.timeout(env.episode_timeout_s)
     failure: Failure | None = None
@@ -67,8 +66,8 @@ async def play_agent_episode(
         async with deadline:
             if isinstance(env, ExternalAgentEnv):
                 returned = await endpoint.offer(episode)
-            else:
-                returned = await env.run(client, instance)
+            else:  # an external agent has a client of its own, given the URL when it claims the episode
+                returned = await env.run(endpoint.client_for(base_url), instance)
     except TimeoutError as error:
         # The run's deadline, or a timeout of the agent's own (which is the agent's failure).
         failure = Failure(AGENT_TIMEOUT, _timeout_message(env, episode)) if deadline.expired() else _raised(env, error)
