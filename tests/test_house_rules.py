@@ -181,8 +181,9 @@ def test_the_import_check_sees_imports_inside_functions(tmp_path):
     assert imported_modules(source) == {"lit_asyncrl.rollout.engine.vllm_engine"}
 
 
-#: Underscored names that are public APIs (the stdlib's `os._exit`, namedtuple's `_replace`...).
-PUBLIC_UNDERSCORED = {"_exit", "_replace", "_asdict", "_fields", "_make"}
+#: Underscored names that are public APIs (the stdlib's `os._exit` and `sys._current_frames`, namedtuple's
+#: `_replace`...).
+PUBLIC_UNDERSCORED = {"_exit", "_current_frames", "_replace", "_asdict", "_fields", "_make"}
 #: Private attributes of other libraries' objects that a room must touch, and why.
 THIRD_PARTY_WORKAROUNDS = {
     # Lightning's child-process watcher has no public way to stop watching ranks we end ourselves.

@@ -29,6 +29,11 @@ class EngineDeadError(RuntimeError):
     """The vLLM engine (its loop thread or its engine-core process) is gone."""
 
 
+class EngineStartTimeout(TimeoutError):
+    """The engine did not serve within its start's time; its shutdown ends what the start made, and a new
+    engine may be made in its place."""
+
+
 @dataclasses.dataclass
 class TurnOutput:
     """One generated turn: token ids, their behaviour log-probs mu and the version that sampled each."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import multiprocessing.process
 import shutil
 import subprocess
 import threading
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 import torch
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.rollout.engine.protocol import EngineLoop, TurnOutput, cancel_other_tasks
+from lit_asyncrl.rollout.engine.protocol import EngineLoop, EngineStartTimeout, TurnOutput, cancel_other_tasks
 from lit_asyncrl.rollout.engine.settings import (
     EngineSettings,
     engine_core_environment,
@@ -34,6 +35,7 @@ from lit_asyncrl.rollout.engine.settings import (
     vllm_config,
     vllm_device_type,
 )
+from lit_asyncrl.rollout.engine.start_report import end_processes, processes_made_since, where_the_start_stands
 from lit_asyncrl.rollout.processes.reaper import start_reaper, stop_reaper
 from lit_asyncrl.rollout.processes.spawn_environment import spawned_process_environment, standard_start_method
 from lit_asyncrl.rollout.processes.temp_dirs import make_weights_dir, run_dir
@@ -46,6 +48,8 @@ from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient
 #: (metrics registry, current config, its engine core's environment), and two engines of one run
 #: made at once have raced for it (seen: an engine failing to start, twice, one cause cut off).
 _ENGINE_CREATION = threading.Lock()
+#: How long a shutdown waits for a start that was given up (its processes ended) to fail.
+_AFTER_GIVING_UP_S = 30.0
 
 
 class VLLMEngine(EngineLoop):
@@ -64,6 +68,9 @@ class VLLMEngine(EngineLoop):
         self._llm: Any = None
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
+        #: The child processes that lived before this engine's making began (its own are the others).
+        self._children_before_start: set[multiprocessing.process.BaseProcess] = set()
+        self._start_given_up = False
         self._weights_dir = make_weights_dir()
         self._reaper: subprocess.Popen | None = None
         self.version = 0
@@ -99,7 +106,12 @@ class VLLMEngine(EngineLoop):
     def wait_until_serving(self, timeout_s: float = 300.0) -> None:
         """Block until the launched engine serves requests; raise if its start failed."""
         if not self._started.wait(timeout_s):
-            raise TimeoutError(f"vLLM engine did not start within {timeout_s} s")
+            made = processes_made_since(self._children_before_start)
+            report = where_the_start_stands(self._thread, made)
+            # Ended, its processes make the blocked start fail, and the shutdown need not wait for it.
+            end_processes(made)
+            self._start_given_up = True
+            raise EngineStartTimeout(f"vLLM engine did not start within {timeout_s} s ({report})")
         if self._startup_error is not None:
             # The cause in the message: under DDP the other ranks' reports can bury the chained one.
             cause = self._startup_error
@@ -127,6 +139,7 @@ class VLLMEngine(EngineLoop):
         # No local name for the engine: vLLM's lazy imports can keep this frame alive until exit,
         # and an AsyncLLM still referenced then runs its __del__ against torn-down modules.
         with _ENGINE_CREATION, spawned_process_environment(environment):
+            self._children_before_start = set(multiprocessing.active_children())
             self._llm = AsyncLLM.from_vllm_config(config)
         await self._llm.update_weight_version(str(self.version))
 
@@ -140,6 +153,8 @@ class VLLMEngine(EngineLoop):
         llm_ref = weakref.ref(self._llm) if self._llm is not None else None
         try:
             self._route.close()
+            if self._start_given_up:
+                startup_timeout_s = min(startup_timeout_s, _AFTER_GIVING_UP_S)
             if self._thread is not None and not self._started.wait(startup_timeout_s):
                 raise TimeoutError(f"the vLLM engine neither started nor failed within {startup_timeout_s} s")
             if self._loop is not None and not self._loop.is_running() and self._llm is not None:

@@ -21,7 +21,13 @@ from typing import Any
 
 import torch
 
-from lit_asyncrl.rollout.engine.protocol import EngineDeadError, EngineLoop, TurnOutput, cancel_other_tasks
+from lit_asyncrl.rollout.engine.protocol import (
+    EngineDeadError,
+    EngineLoop,
+    EngineStartTimeout,
+    TurnOutput,
+    cancel_other_tasks,
+)
 from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
 from lit_asyncrl.rollout.processes.temp_dirs import remove_run_dir
@@ -189,7 +195,7 @@ class RayEngine(EngineLoop):
         try:
             ray.get(self._ready_ref, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(f"the vLLM engine's Ray actor did not start within {timeout_s} s") from None
+            raise EngineStartTimeout(f"the vLLM engine's Ray actor did not start within {timeout_s} s") from None
         except ray.exceptions.RayError as error:
             raise RuntimeError("vLLM engine failed to start in its Ray actor") from error
 

@@ -1,15 +1,17 @@
 """The rollout service's lanes: each an engine and the producer that generates on it.
 
-A lane's engine is launched early (its start overlaps the warm start), brought up with the latest
-weights, and replaced when it dies; its producer follows it, keeping the counts of the one before.
+A lane's engine is launched early (its start overlaps the warm start), made once more if its start
+hangs, brought up with the latest weights, and replaced when it dies; its producer follows it, keeping
+the counts of the one before.
 New groups go to the least loaded lane (`LeastLoadedRouter`) and stay there.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
-from lit_asyncrl.rollout.engine.protocol import Engine
+from lit_asyncrl.rollout.engine.protocol import Engine, EngineStartTimeout
 from lit_asyncrl.rollout.queue.producer import RolloutProducer
 from lit_asyncrl.rollout.serving.routing import LeastLoadedRouter
 
@@ -57,7 +59,16 @@ class EngineLanes:
         if engine is None:  # a restart
             engine = self.new_engine(version)
         self.engines[lane] = engine
-        engine.wait_until_serving()
+        try:
+            engine.wait_until_serving()
+        except EngineStartTimeout as error:
+            # A start that hangs has nothing at stake (no episode ran on it): made once more, and named.
+            self.engines[lane] = None
+            engine.shutdown()
+            warnings.warn(f"{self.name(lane)} did not start; making it once more: {error}", stacklevel=2)
+            engine = self.new_engine(version)
+            self.engines[lane] = engine
+            engine.wait_until_serving()
         return engine
 
     def producer_up(self, lane: int, producer: RolloutProducer, train: bool) -> None:
