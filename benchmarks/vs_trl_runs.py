@@ -1,0 +1,291 @@
+"""One run of `bench_vs_trl.py` in a process of its own, so each has its own peak memory and nothing of
+one library is loaded beside the other:
+
+    python benchmarks/vs_trl_runs.py trl|sync|async|evaluate --settings JSON --seed S --data FILE --start DIR --out DIR
+
+`trl`: TRL's GRPOTrainer (transformers' `generate`, KV cache on); `sync` and `async`: this library's
+`rollout.mode`; each saves its policy at the wall-clock marks and writes `result.json` (steps, marks,
+tokens, start-up time, peak memory). `evaluate`: this library's held-out evaluator on one engine, every
+saved mark of the folders given, written to `evaluation.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+from vs_trl_setup import ANSWER_END, PROMPT_START, BenchSettings, MarkClock, read_rows
+
+#: Held-out answers sampled per prompt at each mark (the evaluation's `samples`).
+EVAL_SAMPLES = 4
+
+
+def peak_memory_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_trl(settings: BenchSettings, seed: int, data: Path, start: Path, out: Path) -> dict:
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    process_started = time.perf_counter()
+    clock = MarkClock(settings, out)
+    tokens = {"generated": 0.0}
+
+    def exact_match(completions, answer, **_):
+        return [float(completion.strip() == expected) for completion, expected in zip(completions, answer)]
+
+    class Marks(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 0:  # the clock starts with the first step, as this library's
+                self.setup_s = time.perf_counter() - process_started
+                clock.start()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "completions/mean_length" in logs:
+                tokens["generated"] += float(logs["completions/mean_length"]) * completions_per_step
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if clock.after_step(state.global_step, model.state_dict):
+                control.should_training_stop = True
+
+    completions_per_step = settings.prompts_per_step * settings.samples_per_prompt
+    config = GRPOConfig(
+        output_dir=str(out / "trl"),
+        per_device_train_batch_size=completions_per_step,
+        num_generations=settings.samples_per_prompt,
+        max_completion_length=settings.max_completion_tokens,
+        temperature=settings.temperature,
+        top_k=0,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        num_iterations=1,
+        max_steps=1_000_000,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=seed,
+        disable_tqdm=True,
+    )
+    rows = read_rows(data, "train")
+    train = Dataset.from_list([{"prompt": PROMPT_START + row["prompt"], "answer": row["answer"]} for row in rows])
+    marks = Marks()
+    trainer = GRPOTrainer(
+        model=str(start),
+        reward_funcs=[exact_match],
+        args=config,
+        train_dataset=train,
+        processing_class=AutoTokenizer.from_pretrained(start),
+        callbacks=[marks],
+    )
+    trainer.train()
+    elapsed = clock.elapsed()
+    return {
+        "steps": trainer.state.global_step,
+        "train_s": elapsed,
+        "setup_s": marks.setup_s,
+        "generated_tokens": tokens["generated"],
+        "trained_tokens": tokens["generated"],  # on-policy: every generated token trains once
+        "marks": clock.marks,
+        "peak_memory_mb": peak_memory_mb(),
+    }
+
+
+def trl_generation_speed(settings: BenchSettings, data: Path, start: Path, rounds: int = 10) -> dict:
+    """transformers' `generate` alone, as TRL calls it (KV cache on, sampling at the run's temperature):
+    one step's completions (prompts x samples), after 3 rounds of warm-up; completion tokens per second."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(start)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(start).eval()
+    rows = read_rows(data, "train")[: settings.prompts_per_step]
+    prompts = [PROMPT_START + row["prompt"] for row in rows for _ in range(settings.samples_per_prompt)]
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    generated, seconds = 0, 0.0
+    for round_ in range(3 + rounds):
+        started = time.perf_counter()
+        with torch.no_grad():
+            output = model.generate(
+                **inputs,
+                do_sample=True,
+                temperature=settings.temperature,
+                top_k=0,
+                max_new_tokens=settings.max_completion_tokens,
+                use_cache=True,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        if round_ >= 3:
+            seconds += time.perf_counter() - started
+            completions = output[:, inputs["input_ids"].shape[1] :]
+            generated += int((completions != tokenizer.pad_token_id).sum())
+    return {"generated_tokens": generated, "seconds": seconds, "tokens_per_s": generated / seconds}
+
+
+def lit_overrides(settings: BenchSettings, mode: str, seed: int, data: Path, start: Path) -> list[str]:
+    """This library's Hydra overrides for the benchmark's settings (the rest are its defaults)."""
+    return [
+        f"seed={seed}",
+        f"model.path={start}",
+        "model.warm_start_steps=0",
+        f"model.lr={settings.learning_rate}",
+        "env=dataset",
+        f"env.path={data}",
+        "env.split_key=split",
+        f"env.max_turn_tokens={settings.max_completion_tokens}",
+        f"env.turn_stop='{ANSWER_END}'",
+        f"rollout.mode={mode}",
+        f"rollout.group_size={settings.samples_per_prompt}",
+        f"rollout.groups_per_batch={settings.prompts_per_step}",
+        f"rollout.temperature={settings.temperature}",
+        "rollout.kv_cache_gib=0.25",
+        "trainer.max_steps=1000000",
+        "trainer.num_sanity_val_steps=0",
+        "trainer.val_check_interval=1000000",
+        "+trainer.limit_val_batches=0",
+        "+trainer.enable_progress_bar=false",
+        "+trainer.enable_model_summary=false",
+        "trainer.logger=false",
+        "trainer.enable_checkpointing=false",
+        "trainer.callbacks=[]",
+    ]
+
+
+def run_lit(settings: BenchSettings, mode: str, seed: int, data: Path, start: Path, out: Path) -> dict:
+    import lightning as L
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lit_asyncrl.config_dir import config_dir
+    from lit_asyncrl.lifecycle import quiet_known_warnings
+
+    process_started = time.perf_counter()
+    clock = MarkClock(settings, out)
+    overrides = [*lit_overrides(settings, mode, seed, data, start), f"trainer.default_root_dir={out / 'lit'}"]
+
+    class Marks(L.Callback):
+        trained_tokens = 0.0
+        generated_at_start = generated_at_end = 0.0
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            # The clock starts with the first step (the engine started, its first batch in hand).
+            if trainer.global_step == 0:
+                self.setup_s = time.perf_counter() - process_started
+                self.generated_at_start = generated_tokens(trainer)
+                clock.start()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.trained_tokens += float(batch["loss_mask"].sum())
+            if clock.after_step(trainer.global_step, pl_module.policy.state_dict):
+                trainer.should_stop = True
+                self.generated_at_end = generated_tokens(trainer)
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=overrides)
+    quiet_known_warnings()
+    L.seed_everything(seed, verbose=False)
+    module = instantiate(cfg.module, _convert_="all")
+    datamodule = instantiate(cfg.data, _convert_="all")
+    marks = Marks()
+    trainer = instantiate(cfg.trainer, _convert_="all", callbacks=[marks])
+    try:
+        trainer.fit(module, datamodule=datamodule)
+        elapsed = clock.elapsed()
+        generated = marks.generated_at_end - marks.generated_at_start
+    finally:
+        datamodule.rollouts.close()
+    return {
+        "steps": trainer.global_step,
+        "train_s": elapsed,
+        "setup_s": marks.setup_s,
+        "generated_tokens": generated,
+        "trained_tokens": marks.trained_tokens,
+        "marks": clock.marks,
+        "peak_memory_mb": peak_memory_mb(),
+    }
+
+
+def generated_tokens(trainer) -> float:
+    """The policy tokens the run's engines have sampled so far (episodes dropped or pending included)."""
+    producers = trainer.datamodule.rollouts.lanes.producers
+    return float(sum(producer.stats.policy_tokens for producer in producers if producer is not None))
+
+
+def evaluate(settings: BenchSettings, data: Path, start: Path, folders: list[Path]) -> dict[str, list[float]]:
+    """The held-out success rate of every saved mark in `folders` (`mark_*.safetensors`), on one engine that
+    takes each mark's weights in turn: this library's evaluator, the same for both libraries."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.envs import DatasetEnv
+    from lit_asyncrl.rollout.serving.instances import held_out_instances
+    from lit_asyncrl.rollout.serving.vllm_service import VLLMRolloutService
+    from lit_asyncrl.rollout.settings import RolloutConfig
+
+    env = DatasetEnv(str(data), split_key="split", max_turn_tokens=settings.max_completion_tokens, turn_stop=ANSWER_END)
+    rollout = RolloutConfig.from_keys(temperature=settings.temperature, kv_cache_gib=0.25, max_model_len=64)
+    service = VLLMRolloutService(start, env, rollout, seed=0)
+    instances = held_out_instances(env, len(read_rows(data, "test")))
+    start_weights = AutoModelForCausalLM.from_pretrained(start).state_dict()
+    service.start(start_weights, version=0, train=False)
+    results: dict[str, list[float]] = {}
+    version = 0
+    try:
+        results["start"] = [success_rate(service, instances)]
+        for folder in folders:
+            rates = []
+            for mark in sorted(folder.glob("mark_*.safetensors")):
+                version += 1
+                service.publish_weights(load_file(str(mark)), version)
+                rates.append(success_rate(service, instances))
+            results[str(folder)] = rates
+    finally:
+        service.close()
+    return results
+
+
+def success_rate(service, instances) -> float:
+    played = service.evaluate(instances, EVAL_SAMPLES, timeout_s=600.0)
+    return float(played["success"].mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["trl", "sync", "async", "evaluate", "trl-generate"])
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--start", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--folders", type=Path, nargs="*", default=[])
+    args = parser.parse_args()
+    settings = BenchSettings.from_json(args.settings)
+    # The same torch thread count for both libraries: one per core.
+    torch.set_num_threads(os.cpu_count() or 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.what == "evaluate":
+        (args.out / "evaluation.json").write_text(json.dumps(evaluate(settings, args.data, args.start, args.folders)))
+        return
+    if args.what == "trl-generate":
+        result = trl_generation_speed(settings, args.data, args.start)
+    elif args.what == "trl":
+        result = run_trl(settings, args.seed, args.data, args.start, args.out)
+    else:
+        result = run_lit(settings, args.what, args.seed, args.data, args.start, args.out)
+    (args.out / "result.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
