@@ -11,7 +11,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 
 from lit_asyncrl.eval_metrics import HeldOutMetrics
 from lit_asyncrl.fidelity import ReferenceFidelity
@@ -146,6 +146,7 @@ class AsyncRLModule(L.LightningModule):
         self.eval_metrics: HeldOutMetrics | None = None
         self._warned_silent_reference = False
         self._last_step_start: float | None = None
+        self._eval_metric_attributes: dict[int, str] = {}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         kill_if_asked("checkpoint_write", self.global_step)
@@ -269,9 +270,22 @@ class AsyncRLModule(L.LightningModule):
         for a mixture of tasks also `task_ids` [N] and `task_names`)."""
         if self.eval_metrics is None:
             self.eval_metrics = HeldOutMetrics(int(batch["k"]), batch.get("task_names", ())).to(self.device)
+            # Lightning finds a logged metric's attribute in a map it makes at the first `log` of a metric: made
+            # by a training step (train/task_success) before the first validation, it lacks these, so each is named.
+            self._eval_metric_attributes = {
+                id(metric): f"eval_metrics.{path}"
+                for path, metric in self.eval_metrics.named_modules()
+                if isinstance(metric, Metric)
+            }
         updated = self.eval_metrics.update(batch["success"], batch["greedy_success"], batch.get("task_ids"))
         for name, (metric, instances) in updated.items():
-            self.log(name, metric, batch_size=instances, prog_bar=name == f"val/avg@{self.eval_metrics.k}")
+            self.log(
+                name,
+                metric,
+                batch_size=instances,
+                prog_bar=name == f"val/avg@{self.eval_metrics.k}",
+                metric_attribute=self._eval_metric_attributes[id(metric)],
+            )
 
     def on_validation_epoch_end(self) -> None:
         # Lightning logs nothing while sanity checking; with num_sanity_val_steps=-1 that check is

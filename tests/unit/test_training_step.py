@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import lightning as L
 import pytest
 import torch
 
@@ -244,3 +245,35 @@ def test_a_dataset_tasks_reward_functions_are_logged_each_where_they_scored():
         "train/rewards/short/scored": 0.5,
         "train/rewards/short/failed": 0.25,
     }
+
+
+class HeldOutDataModule(PlainDataModule):
+    """Ready-made training batches and, at each validation, one held-out chunk: 2 instances x 2 samples."""
+
+    def val_dataloader(self):
+        chunk = {"success": torch.tensor([[1.0, 0.0], [1.0, 1.0]]), "greedy_success": torch.tensor([1.0, 0.0]), "k": 2}
+        return torch.utils.data.DataLoader([chunk], batch_size=None, num_workers=0)
+
+
+def test_a_first_validation_after_training_steps_logs_the_held_out_metrics():
+    # Without an evaluation before RL (num_sanity_val_steps=0), the held-out metrics are made after the
+    # training steps logged theirs; Lightning must still find each one's attribute.
+    module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
+    trainer = L.Trainer(
+        max_steps=2,
+        val_check_interval=2,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    batches = [make_batch(all_version(0), [1.0, 0.0, 0.0, 0.0]), make_batch(all_version(0), [1.0, 1.0, 0.0, 0.0])]
+    trainer.fit(module, datamodule=HeldOutDataModule(batches))
+
+    # avg@2: (1/2 + 2/2) / 2; pass@2: both instances solved once; greedy: 1 of 2.
+    assert float(trainer.callback_metrics["val/avg@2"]) == 0.75
+    assert float(trainer.callback_metrics["val/pass@2"]) == 1.0
+    assert float(trainer.callback_metrics["val/greedy_success"]) == 0.5
