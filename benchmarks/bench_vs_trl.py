@@ -21,6 +21,7 @@ success rate at each mark. Time to target is the first mark's training time at w
     pip install -e '.[trl]'                      # TRL 1.16.0, never part of `make train`
     python benchmarks/bench_vs_trl.py --quick    # 3 seeds, 90 s per run (about 20 minutes)
     python benchmarks/bench_vs_trl.py            # 3 seeds, 240 s per run
+    python benchmarks/bench_vs_trl.py --throughput   # SmolLM2-135M, 5 steps per run (`vs_trl_throughput.py`)
 
 The last line reads `time to target, TRL / lit_asyncrl (async): X` (the ratio of the medians; above 1
 means this library reached the target sooner).
@@ -107,8 +108,13 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.4, help="held-out success rate to reach")
     parser.add_argument("--budget-s", type=float, default=None, help="training seconds per run (default 240, quick 90)")
     parser.add_argument("--out", type=Path, default=Path("outputs/vs_trl"), help="runs, saved policies and runs.json")
+    parser.add_argument("--throughput", action="store_true", help="SmolLM2-135M tokens per second instead")
+    parser.add_argument("--steps", type=int, default=5, help="--throughput: steps per run, the first a warm-up")
     args = parser.parse_args()
     check_trl()
+    if args.throughput:
+        throughput(args.seeds, args.steps, args.out / "throughput")
+        return
     settings = BenchSettings(budget_s=90.0, mark_s=10.0) if args.quick else BenchSettings()
     if args.budget_s is not None:
         settings = dataclasses.replace(settings, budget_s=args.budget_s)
@@ -162,6 +168,43 @@ def main() -> None:
     for ours in ("sync", "async"):
         print(comparison(times["trl"], times[ours], LABELS[ours], settings.budget_s))
     print(f"time to target, TRL / lit_asyncrl (async): {ratio_shown(medians['trl'], medians['async'])}")
+
+
+def throughput(seeds: int, steps: int, out: Path) -> None:
+    """SmolLM2-135M: completion tokens per second over the steps after the first, per library and seed."""
+    from lit_asyncrl.examples.word_problems import main as write_word_problems
+
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "word_problems.jsonl"
+    write_word_problems([str(data)])
+    rates: dict[str, list[float]] = {what: [] for what in SETTINGS}
+    print("setting                | seed | steps timed | s per step | generated tok/s | trained tok/s | peak MB")
+    for seed in range(seeds):
+        for what in SETTINGS:
+            folder = out / f"{what}_seed{seed}"
+            command = [sys.executable, str(HERE / "vs_trl_throughput.py"), what, "--steps", str(steps)]
+            command += ["--seed", str(seed), "--data", str(data), "--out", str(folder)]
+            subprocess.run(command, check=True, capture_output=True, text=True)
+            result = json.loads((folder / "result.json").read_text())
+            rates[what].append(result["trained_tokens"] / result["train_s"])
+            print(
+                f"{LABELS[what]:22} | {seed:4} | {result['steps']:11} | {result['train_s'] / result['steps']:10.1f} | "
+                f"{result['generated_tokens'] / result['train_s']:15.1f} | {rates[what][-1]:13.1f} | "
+                f"{result['peak_memory_mb']:7.0f}",
+                flush=True,
+            )
+    for ours in ("sync", "async"):
+        ratio = statistics.median(rates[ours]) / statistics.median(rates["trl"])
+        print(
+            f"trained tokens per second, {LABELS[ours]} / TRL (medians): {ratio:.2f}; {welch_line(rates[ours], rates['trl'])}"
+        )
+
+
+def welch_line(first: list[float], second: list[float]) -> str:
+    from lit_asyncrl.report.comparisons import welch
+
+    difference, low, high, _, p = welch(first, second)
+    return f"difference {difference:+.1f} tok/s, 95% interval [{low:+.1f}, {high:+.1f}], Welch p = {p:.3f}"
 
 
 def comparison(trl: list[float | None], ours: list[float | None], label: str, budget_s: float) -> str:
