@@ -22,6 +22,10 @@ success rate at each mark. Time to target is the first mark's training time at w
     python benchmarks/bench_vs_trl.py --quick    # 3 seeds, 90 s per run (about 20 minutes)
     python benchmarks/bench_vs_trl.py            # 3 seeds, 240 s per run
     python benchmarks/bench_vs_trl.py --throughput   # SmolLM2-135M, 5 steps per run (`vs_trl_throughput.py`)
+    python benchmarks/bench_vs_trl.py --latency-s 0.2 --target 0.33 --budget-s 120   # this library, sync against async
+
+With `--latency-s`, each episode's reward waits that long (`env.latency_s`: the task's one environment answer)
+and only this library runs, sync against async; the last line reads `time to target, sync / async at 200 ms: Y`.
 
 The last line reads `time to target, TRL / lit_asyncrl (async): X` (the ratio of the medians; above 1
 means this library reached the target sooner).
@@ -109,6 +113,7 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=None, help="training seconds per run (default 240, quick 90)")
     parser.add_argument("--out", type=Path, default=Path("outputs/vs_trl"), help="runs, saved policies and runs.json")
     parser.add_argument("--throughput", action="store_true", help="SmolLM2-135M tokens per second instead")
+    parser.add_argument("--latency-s", type=float, default=0.0, help="per environment answer: sync against async only")
     parser.add_argument("--steps", type=int, default=5, help="--throughput: steps per run, the first a warm-up")
     args = parser.parse_args()
     check_trl()
@@ -118,20 +123,23 @@ def main() -> None:
     settings = BenchSettings(budget_s=90.0, mark_s=10.0) if args.quick else BenchSettings()
     if args.budget_s is not None:
         settings = dataclasses.replace(settings, budget_s=args.budget_s)
+    settings = dataclasses.replace(settings, latency_s=args.latency_s)
+    compared = ("sync", "async") if args.latency_s > 0 else SETTINGS
     args.out.mkdir(parents=True, exist_ok=True)
     paths = {"data": args.out / "sums.jsonl", "start": args.out / "start"}
     write_sums(paths["data"])
     if not (paths["start"] / "config.json").exists():
         write_start_model(paths["data"], paths["start"], settings.start_steps)
     print(f"settings: {dataclasses.asdict(settings)}; target {args.target}; seeds {args.seeds}")
-    speed = run("trl-generate", settings, 0, paths, args.out / "trl_generate")
-    print(
-        f"transformers' generate alone (TRL's generation), one step's completions: {speed['tokens_per_s']:.0f} tokens/s"
-    )
-    results: dict[str, list[dict]] = {what: [] for what in SETTINGS}
+    if "trl" in compared:
+        speed = run("trl-generate", settings, 0, paths, args.out / "trl_generate")
+        print(
+            f"transformers' generate alone (TRL's generation), one step's completions: {speed['tokens_per_s']:.0f} tok/s"
+        )
+    results: dict[str, list[dict]] = {what: [] for what in compared}
     folders = []
     for seed in range(args.seeds):
-        for what in SETTINGS:
+        for what in compared:
             folder = args.out / f"{what}_seed{seed}"
             results[what].append(run(what, settings, seed, paths, folder))
             folders.append(folder)
@@ -142,9 +150,9 @@ def main() -> None:
     print(
         "setting                | seed | steps | gen tok/s | trained tok/s | peak MB | start-up s | to target s | success at each mark"
     )
-    times: dict[str, list[float | None]] = {what: [] for what in SETTINGS}
+    times: dict[str, list[float | None]] = {what: [] for what in compared}
     for seed in range(args.seeds):
-        for what in SETTINGS:
+        for what in compared:
             result = results[what][seed]
             curve = rates[str(args.out / f"{what}_seed{seed}")]
             reached = time_to_target(result, curve, args.target)
@@ -161,10 +169,15 @@ def main() -> None:
             indent=1,
         )
     )
-    medians = {what: median_time(times[what], settings.budget_s) for what in SETTINGS}
-    for what in SETTINGS:
+    medians = {what: median_time(times[what], settings.budget_s) for what in compared}
+    for what in compared:
         middle, bound = medians[what]
         print(f"median time to target, {LABELS[what]}: {'>= ' if bound else ''}{middle:.0f} s")
+    if "trl" not in compared:
+        print(comparison(times["sync"], times["async"], LABELS["async"], settings.budget_s, goal=2.8, slower="sync"))
+        latency_ms = f"{settings.latency_s * 1000:.0f} ms"
+        print(f"time to target, sync / async at {latency_ms}: {ratio_shown(medians['sync'], medians['async'])}")
+        return
     for ours in ("sync", "async"):
         print(comparison(times["trl"], times[ours], LABELS[ours], settings.budget_s))
     print(f"time to target, TRL / lit_asyncrl (async): {ratio_shown(medians['trl'], medians['async'])}")
@@ -207,26 +220,33 @@ def welch_line(first: list[float], second: list[float]) -> str:
     return f"difference {difference:+.1f} tok/s, 95% interval [{low:+.1f}, {high:+.1f}], Welch p = {p:.3f}"
 
 
-def comparison(trl: list[float | None], ours: list[float | None], label: str, budget_s: float) -> str:
-    """TRL's times to target against ours, by an exact two-sided Mann-Whitney U test (a run that missed
-    the target ranks at the budget, after every run that reached it), and the goal: ours at least 3x
-    sooner, tested as TRL's times against 3 times ours."""
+def comparison(
+    trl: list[float | None],
+    ours: list[float | None],
+    label: str,
+    budget_s: float,
+    goal: float = 3.0,
+    slower: str = "TRL",
+) -> str:
+    """The `slower` side's times to target (`trl`: TRL's, or sync's) against ours, by an exact two-sided
+    Mann-Whitney U test (a run that missed the target ranks after every run that reached it), and the goal:
+    ours at least `goal` times sooner, tested as the slower side's times against `goal` times ours."""
     from scipy import stats
 
     def ranked(times: list[float | None], factor: float = 1.0) -> list[float]:
         return [budget_s * 10 if t is None else t * factor for t in times]
 
     sooner = stats.mannwhitneyu(ranked(trl), ranked(ours), alternative="two-sided", method="exact").pvalue
-    goal = stats.mannwhitneyu(ranked(trl), ranked(ours, 3.0), alternative="two-sided", method="exact").pvalue
-    if goal >= ALPHA:
+    goal_p = stats.mannwhitneyu(ranked(trl), ranked(ours, goal), alternative="two-sided", method="exact").pvalue
+    if goal_p >= ALPHA:
         verdict = f"not separable with {len(trl)} seeds"
-    elif statistics.median(ranked(trl)) > statistics.median(ranked(ours, 3.0)):
+    elif statistics.median(ranked(trl)) > statistics.median(ranked(ours, goal)):
         verdict = "held"
     else:
         verdict = "did not hold"
     return (
-        f"TRL against {label}: which reaches the target sooner, p = {sooner:.3f}; "
-        f"goal ({label} at least 3x sooner): p = {goal:.3f}, {verdict}"
+        f"{slower} against {label}: which reaches the target sooner, p = {sooner:.3f}; "
+        f"goal ({label} at least {goal:g}x sooner): p = {goal_p:.3f}, {verdict}"
     )
 
 

@@ -146,6 +146,7 @@ def lit_overrides(settings: BenchSettings, mode: str, seed: int, data: Path, sta
         "env.split_key=split",
         f"env.max_turn_tokens={settings.max_completion_tokens}",
         f"env.turn_stop='{ANSWER_END}'",
+        f"env.latency_s={settings.latency_s}",
         f"rollout.mode={mode}",
         f"rollout.group_size={settings.samples_per_prompt}",
         f"rollout.groups_per_batch={settings.prompts_per_step}",

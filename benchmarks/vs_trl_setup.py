@@ -45,6 +45,8 @@ class BenchSettings:
     mark_s: float = 20.0
     #: Supervised steps from the tiny policy to the shared start model.
     start_steps: int = 700
+    #: Seconds each environment answer (here: the reward of an episode) waits, in this library's runs.
+    latency_s: float = 0.0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
