@@ -74,15 +74,22 @@ def run(what: str, settings: BenchSettings, seed: int, paths: dict[str, Path], o
         str(seed),
     ]
     command += ["--data", str(paths["data"]), "--start", str(paths["start"]), "--out", str(out)]
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    finished(subprocess.run(command, capture_output=True, text=True, check=False), what)
     return json.loads((out / "result.json").read_text())
+
+
+def finished(process: subprocess.CompletedProcess, what: str) -> None:
+    """Raise, with the end of its output, when a run's process failed."""
+    if process.returncode != 0:
+        tail = "\n".join((process.stdout + process.stderr).splitlines()[-30:])
+        raise RuntimeError(f"the {what} run failed (exit {process.returncode}):\n{tail}")
 
 
 def evaluate(settings: BenchSettings, paths: dict[str, Path], folders: list[Path], out: Path) -> dict[str, list[float]]:
     command = [sys.executable, str(HERE / "vs_trl_runs.py"), "evaluate", "--settings", settings.to_json()]
     command += ["--data", str(paths["data"]), "--start", str(paths["start"]), "--out", str(out)]
     command += ["--folders", *map(str, folders)]
-    subprocess.run(command, check=True, capture_output=True, text=True)
+    finished(subprocess.run(command, capture_output=True, text=True, check=False), "evaluate")
     return json.loads((out / "evaluation.json").read_text())
 
 
@@ -197,7 +204,7 @@ def throughput(seeds: int, steps: int, out: Path) -> None:
             folder = out / f"{what}_seed{seed}"
             command = [sys.executable, str(HERE / "vs_trl_throughput.py"), what, "--steps", str(steps)]
             command += ["--seed", str(seed), "--data", str(data), "--out", str(folder)]
-            subprocess.run(command, check=True, capture_output=True, text=True)
+            finished(subprocess.run(command, capture_output=True, text=True, check=False), what)
             result = json.loads((folder / "result.json").read_text())
             rates[what].append(result["trained_tokens"] / result["train_s"])
             print(

@@ -22,6 +22,22 @@ from pathlib import Path
 import torch
 from vs_trl_setup import ANSWER_END, PROMPT_START, BenchSettings, MarkClock, read_rows
 
+#: GRPOConfig's settings that match this library's (no top-k, constant AdamW learning rate without weight
+#: decay, no KL term, token-mean loss, group-normalised advantages, one update per generation) and quiet it.
+TRL_AS_OURS = {
+    "top_k": 0,
+    "lr_scheduler_type": "constant",
+    "weight_decay": 0.0,
+    "beta": 0.0,
+    "loss_type": "dapo",
+    "scale_rewards": "group",
+    "num_iterations": 1,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "report_to": [],
+    "use_cpu": True,
+    "disable_tqdm": True,
+}
 #: Held-out answers sampled per prompt at each mark (the evaluation's `samples`).
 EVAL_SAMPLES = 4
 
@@ -63,21 +79,10 @@ def run_trl(settings: BenchSettings, seed: int, data: Path, start: Path, out: Pa
         num_generations=settings.samples_per_prompt,
         max_completion_length=settings.max_completion_tokens,
         temperature=settings.temperature,
-        top_k=0,
         learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant",
-        weight_decay=0.0,
-        beta=0.0,
-        loss_type="dapo",
-        scale_rewards="group",
-        num_iterations=1,
         max_steps=1_000_000,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
         seed=seed,
-        disable_tqdm=True,
+        **TRL_AS_OURS,
     )
     rows = read_rows(data, "train")
     train = Dataset.from_list([{"prompt": PROMPT_START + row["prompt"], "answer": row["answer"]} for row in rows])
@@ -134,6 +139,20 @@ def trl_generation_speed(settings: BenchSettings, data: Path, start: Path, round
     return {"generated_tokens": generated, "seconds": seconds, "tokens_per_s": generated / seconds}
 
 
+#: A benchmark's trainer: no held-out evaluation (the benchmark evaluates its saved policies itself), no
+#: logger, checkpoint, progress bar or summary: nothing but training is timed.
+QUIET_TRAINER = (
+    "trainer.num_sanity_val_steps=0",
+    "trainer.val_check_interval=1000000",
+    "+trainer.limit_val_batches=0",
+    "+trainer.enable_progress_bar=false",
+    "+trainer.enable_model_summary=false",
+    "trainer.logger=false",
+    "trainer.enable_checkpointing=false",
+    "trainer.callbacks=[]",
+)
+
+
 def lit_overrides(settings: BenchSettings, mode: str, seed: int, data: Path, start: Path) -> list[str]:
     """This library's Hydra overrides for the benchmark's settings (the rest are its defaults)."""
     return [
@@ -153,24 +172,12 @@ def lit_overrides(settings: BenchSettings, mode: str, seed: int, data: Path, sta
         f"rollout.temperature={settings.temperature}",
         "rollout.kv_cache_gib=0.25",
         "trainer.max_steps=1000000",
-        "trainer.num_sanity_val_steps=0",
-        "trainer.val_check_interval=1000000",
-        "+trainer.limit_val_batches=0",
-        "+trainer.enable_progress_bar=false",
-        "+trainer.enable_model_summary=false",
-        "trainer.logger=false",
-        "trainer.enable_checkpointing=false",
-        "trainer.callbacks=[]",
+        *QUIET_TRAINER,
     ]
 
 
 def run_lit(settings: BenchSettings, mode: str, seed: int, data: Path, start: Path, out: Path) -> dict:
     import lightning as L
-    from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
-
-    from lit_asyncrl.config_dir import config_dir
-    from lit_asyncrl.lifecycle import quiet_known_warnings
 
     process_started = time.perf_counter()
     clock = MarkClock(settings, out)
@@ -178,7 +185,7 @@ def run_lit(settings: BenchSettings, mode: str, seed: int, data: Path, start: Pa
 
     class Marks(L.Callback):
         trained_tokens = 0.0
-        generated_at_start = generated_at_end = 0.0
+        generated_at_start = generated_at_end = train_s = 0.0
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             # The clock starts with the first step (the engine started, its first batch in hand).
@@ -191,7 +198,33 @@ def run_lit(settings: BenchSettings, mode: str, seed: int, data: Path, start: Pa
             self.trained_tokens += float(batch["loss_mask"].sum())
             if clock.after_step(trainer.global_step, pl_module.policy.state_dict):
                 trainer.should_stop = True
-                self.generated_at_end = generated_tokens(trainer)
+
+        def on_train_end(self, trainer, pl_module):
+            self.train_s = clock.elapsed()
+            self.generated_at_end = generated_tokens(trainer)
+
+    marks = Marks()
+    trainer = fit_lit(overrides, seed, marks)
+    return {
+        "steps": trainer.global_step,
+        "train_s": marks.train_s,
+        "setup_s": marks.setup_s,
+        "generated_tokens": marks.generated_at_end - marks.generated_at_start,
+        "trained_tokens": marks.trained_tokens,
+        "marks": clock.marks,
+        "peak_memory_mb": peak_memory_mb(),
+    }
+
+
+def fit_lit(overrides: list[str], seed: int, callback) -> object:
+    """This library's Hydra config with `overrides` fitted with `callback` beside its own (no warm start);
+    the engines closed however it ends. Returns the trainer."""
+    import lightning as L
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from lit_asyncrl.config_dir import config_dir
+    from lit_asyncrl.lifecycle import quiet_known_warnings
 
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         cfg = compose(config_name="train", overrides=overrides)
@@ -199,23 +232,12 @@ def run_lit(settings: BenchSettings, mode: str, seed: int, data: Path, start: Pa
     L.seed_everything(seed, verbose=False)
     module = instantiate(cfg.module, _convert_="all")
     datamodule = instantiate(cfg.data, _convert_="all")
-    marks = Marks()
-    trainer = instantiate(cfg.trainer, _convert_="all", callbacks=[marks])
+    trainer = instantiate(cfg.trainer, _convert_="all", callbacks=[callback])
     try:
         trainer.fit(module, datamodule=datamodule)
-        elapsed = clock.elapsed()
-        generated = marks.generated_at_end - marks.generated_at_start
     finally:
         datamodule.rollouts.close()
-    return {
-        "steps": trainer.global_step,
-        "train_s": elapsed,
-        "setup_s": marks.setup_s,
-        "generated_tokens": generated,
-        "trained_tokens": marks.trained_tokens,
-        "marks": clock.marks,
-        "peak_memory_mb": peak_memory_mb(),
-    }
+    return trainer
 
 
 def generated_tokens(trainer) -> float:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import torch
-from vs_trl_runs import generated_tokens, peak_memory_mb
+from vs_trl_runs import QUIET_TRAINER, TRL_AS_OURS, fit_lit, generated_tokens, peak_memory_mb
 
 PROMPTS_PER_STEP, SAMPLES_PER_PROMPT, MAX_COMPLETION_TOKENS = 2, 4, 40
 TEMPERATURE, LEARNING_RATE, TRAINED_LAST_LAYERS = 0.7, 1e-5, 2
@@ -68,19 +68,10 @@ def run_trl(steps: int, seed: int, data: Path, out: Path) -> dict:
         num_generations=SAMPLES_PER_PROMPT,
         max_completion_length=MAX_COMPLETION_TOKENS,
         temperature=TEMPERATURE,
-        top_k=0,
         learning_rate=LEARNING_RATE,
-        lr_scheduler_type="constant",
-        weight_decay=0.0,
-        beta=0.0,
-        loss_type="dapo",
         max_steps=steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to=[],
-        use_cpu=True,
         seed=seed,
-        disable_tqdm=True,
+        **TRL_AS_OURS,
     )
     trainer = GRPOTrainer(
         model=model,
@@ -103,11 +94,6 @@ def run_trl(steps: int, seed: int, data: Path, out: Path) -> dict:
 
 def run_lit(mode: str, steps: int, seed: int, data: Path, out: Path) -> dict:
     import lightning as L
-    from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
-
-    from lit_asyncrl.config_dir import config_dir
-    from lit_asyncrl.lifecycle import quiet_known_warnings
 
     overrides = [
         "experiment=smollm2_dataset",
@@ -115,20 +101,12 @@ def run_lit(mode: str, steps: int, seed: int, data: Path, out: Path) -> dict:
         f"env.path={data}",
         f"rollout.mode={mode}",
         f"trainer.max_steps={steps}",
-        "trainer.num_sanity_val_steps=0",
-        "trainer.val_check_interval=1000000",
-        "+trainer.limit_val_batches=0",
-        "+trainer.enable_progress_bar=false",
-        "+trainer.enable_model_summary=false",
-        "trainer.logger=false",
-        "trainer.enable_checkpointing=false",
-        "trainer.callbacks=[]",
+        *QUIET_TRAINER,
         f"trainer.default_root_dir={out / 'lit'}",
     ]
 
     class Clock(L.Callback):
-        started = 0.0
-        trained = 0.0
+        started = seconds = trained = 0.0
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             if trainer.global_step == 1:  # the warm-up step ends
@@ -136,24 +114,16 @@ def run_lit(mode: str, steps: int, seed: int, data: Path, out: Path) -> dict:
                 self.generated_at_start = generated_tokens(trainer)
                 return
             self.trained += float(batch["loss_mask"].sum())
+
+        def on_train_end(self, trainer, pl_module):
+            self.seconds = time.perf_counter() - self.started
             self.generated_at_end = generated_tokens(trainer)
 
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
-    quiet_known_warnings()
-    L.seed_everything(seed, verbose=False)
-    module = instantiate(cfg.module, _convert_="all")
-    datamodule = instantiate(cfg.data, _convert_="all")
     clock = Clock()
-    trainer = instantiate(cfg.trainer, _convert_="all", callbacks=[clock])
-    try:
-        trainer.fit(module, datamodule=datamodule)
-        seconds = time.perf_counter() - clock.started
-    finally:
-        datamodule.rollouts.close()
+    trainer = fit_lit(overrides, seed, clock)
     return {
         "steps": trainer.global_step - 1,
-        "train_s": seconds,
+        "train_s": clock.seconds,
         "generated_tokens": clock.generated_at_end - clock.generated_at_start,
         "trained_tokens": clock.trained,
         "peak_memory_mb": peak_memory_mb(),

@@ -48,8 +48,10 @@ class RecordingLogger(Logger):
         return merged
 
 
-def make_trainer(max_steps: int, callbacks: list[L.Callback], logger: Logger | bool = False) -> L.Trainer:
-    """One CPU device, nothing written to disk, nothing printed."""
+def make_trainer(
+    max_steps: int, callbacks: list[L.Callback], logger: Logger | bool = False, **trainer_settings
+) -> L.Trainer:
+    """One CPU device, nothing written to disk, nothing printed; `trainer_settings` go to the Trainer too."""
     return L.Trainer(
         max_steps=max_steps,
         accelerator="cpu",
@@ -59,6 +61,7 @@ def make_trainer(max_steps: int, callbacks: list[L.Callback], logger: Logger | b
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=callbacks,
+        **trainer_settings,
     )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import lightning as L
 import pytest
 import torch
 
@@ -259,17 +258,7 @@ def test_a_first_validation_after_training_steps_logs_the_held_out_metrics():
     # Without an evaluation before RL (num_sanity_val_steps=0), the held-out metrics are made after the
     # training steps logged theirs; Lightning must still find each one's attribute.
     module = AsyncRLModule(loss=PPOClip(), lr=1e-3)
-    trainer = L.Trainer(
-        max_steps=2,
-        val_check_interval=2,
-        num_sanity_val_steps=0,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = make_trainer(2, [], val_check_interval=2, num_sanity_val_steps=0)
     batches = [make_batch(all_version(0), [1.0, 0.0, 0.0, 0.0]), make_batch(all_version(0), [1.0, 1.0, 0.0, 0.0])]
     trainer.fit(module, datamodule=HeldOutDataModule(batches))
 
