@@ -122,6 +122,11 @@ class HeldOutMetrics(torch.nn.Module):
             }
         )
 
+    def attributes(self, prefix: str) -> dict[int, str]:
+        """Each metric's attribute path from the module that holds this one as `prefix`, by the metric's id
+        (what `LightningModule.log` takes as `metric_attribute`)."""
+        return {id(metric): f"{prefix}.{path}" for path, metric in self.named_modules() if isinstance(metric, Metric)}
+
     def _key(self, group: str, metric: str) -> str:
         prefix = "val/" if group == "all" else f"val/{group.removeprefix('task_')}/"
         names = {

@@ -11,7 +11,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
-from torchmetrics import MeanMetric, Metric
+from torchmetrics import MeanMetric
 
 from lit_asyncrl.eval_metrics import HeldOutMetrics
 from lit_asyncrl.fidelity import ReferenceFidelity
@@ -270,22 +270,13 @@ class AsyncRLModule(L.LightningModule):
         for a mixture of tasks also `task_ids` [N] and `task_names`)."""
         if self.eval_metrics is None:
             self.eval_metrics = HeldOutMetrics(int(batch["k"]), batch.get("task_names", ())).to(self.device)
-            # Lightning finds a logged metric's attribute in a map it makes at the first `log` of a metric: made
-            # by a training step (train/task_success) before the first validation, it lacks these, so each is named.
-            self._eval_metric_attributes = {
-                id(metric): f"eval_metrics.{path}"
-                for path, metric in self.eval_metrics.named_modules()
-                if isinstance(metric, Metric)
-            }
+            # Lightning maps logged metrics to attributes once, at the first (a training step's, before these exist).
+            self._eval_metric_attributes = self.eval_metrics.attributes("eval_metrics")
         updated = self.eval_metrics.update(batch["success"], batch["greedy_success"], batch.get("task_ids"))
         for name, (metric, instances) in updated.items():
-            self.log(
-                name,
-                metric,
-                batch_size=instances,
-                prog_bar=name == f"val/avg@{self.eval_metrics.k}",
-                metric_attribute=self._eval_metric_attributes[id(metric)],
-            )
+            attribute = self._eval_metric_attributes[id(metric)]
+            shown = name == f"val/avg@{self.eval_metrics.k}"
+            self.log(name, metric, batch_size=instances, prog_bar=shown, metric_attribute=attribute)
 
     def on_validation_epoch_end(self) -> None:
         # Lightning logs nothing while sanity checking; with num_sanity_val_steps=-1 that check is
