@@ -68,8 +68,9 @@ class VLLMEngine(EngineLoop):
         self._llm: Any = None
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
-        #: The child processes that lived before this engine's making began (its own are the others).
-        self._children_before_start: set[multiprocessing.process.BaseProcess] = set()
+        #: The child processes that lived as this engine's making began (its own are the others); None before
+        #: it began (waiting for another engine's making to end, it has made nothing to end).
+        self._children_before_start: set[multiprocessing.process.BaseProcess] | None = None
         self._start_given_up = False
         self._weights_dir = make_weights_dir()
         self._reaper: subprocess.Popen | None = None
@@ -106,7 +107,8 @@ class VLLMEngine(EngineLoop):
     def wait_until_serving(self, timeout_s: float = 300.0) -> None:
         """Block until the launched engine serves requests; raise if its start failed."""
         if not self._started.wait(timeout_s):
-            made = processes_made_since(self._children_before_start)
+            before = self._children_before_start
+            made = processes_made_since(before) if before is not None else []
             report = where_the_start_stands(self._thread, made)
             # Ended, its processes make the blocked start fail, and the shutdown need not wait for it.
             end_processes(made)
