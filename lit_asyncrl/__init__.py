@@ -3,6 +3,7 @@
 import logging
 
 from lit_asyncrl.cache_dir import keep_torch_compile_cache_here
+from lit_asyncrl.cpu_threads import let_idle_threads_sleep
 
 __version__ = "0.1.0"
 
@@ -14,3 +15,5 @@ logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)
 
 # Before anything imports vLLM (which makes torch's compile cache dir on import): not in /tmp.
 keep_torch_compile_cache_here()
+# Before anything imports torch (whose OpenMP runtime reads it once): idle threads yield the cores.
+let_idle_threads_sleep()
