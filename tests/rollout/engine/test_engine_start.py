@@ -4,13 +4,29 @@ import os
 import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
 from lit_asyncrl.rollout.engine.protocol import EngineStartTimeout
 from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
+from tests.support.polling import wait_for
 from tests.support.runs import SMALL_KV_CACHE_GIB
+
+
+def an_engine_core_waits_for_a_writer() -> bool:
+    """A child of this process titled as vLLM's engine core is blocked opening a named pipe."""
+    for child in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in child.read_text().split():
+            try:
+                title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                waiting_in = Path(f"/proc/{pid}/wchan").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            if title == b"VLLM::EngineCore" and waiting_in == "wait_for_partner":
+                return True
+    return False
 
 
 @pytest.mark.engine
@@ -24,11 +40,13 @@ def test_an_engine_core_that_hangs_is_reported_where_it_waits_and_ended(model_pa
     engine = VLLMEngine(folder, EngineSettings(dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB))
     engine.launch()
 
+    # Once the engine core hangs, a short timeout reports the same as a long one, sooner.
+    wait_for(an_engine_core_waits_for_a_writer, "the engine core to block on the named pipe", timeout_s=60)
     with pytest.raises(EngineStartTimeout) as hang:
-        engine.wait_until_serving(timeout_s=10)
+        engine.wait_until_serving(timeout_s=1)
 
     message = str(hang.value)
-    assert message.startswith("vLLM engine did not start within 10 s (the starting thread was at ")
+    assert message.startswith("vLLM engine did not start within 1 s (the starting thread was at ")
     assert "wait_for_engine_startup" in message  # vLLM's wait for the engine core's handshake
     (pid,) = re.findall(
         r"its process (\d+) \(EngineCore, titled 'VLLM::EngineCore'\) was in state S, waiting in wait_for_partner",
