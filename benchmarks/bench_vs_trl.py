@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,10 @@ SETTINGS = ("trl", "sync", "async")
 #: What each setting is called in the report.
 LABELS = {"trl": "TRL GRPOTrainer", "sync": "lit_asyncrl (sync)", "async": "lit_asyncrl (async)"}
 TRL_VERSION = "1.16.0"
+#: This library's runs and its evaluator as its entry points run them: idle OpenMP threads sleep
+#: (`lit_asyncrl/cpu_threads.py`; `vs_trl_runs.py` imports torch first, so it is set here). TRL's
+#: runs keep OpenMP's default, as TRL's users have it.
+OURS_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 #: The level below which a comparison is called separated.
 ALPHA = 0.05
 
@@ -74,8 +79,14 @@ def run(what: str, settings: BenchSettings, seed: int, paths: dict[str, Path], o
         str(seed),
     ]
     command += ["--data", str(paths["data"]), "--start", str(paths["start"]), "--out", str(out)]
-    finished(subprocess.run(command, capture_output=True, text=True, check=False), what)
+    finished(subprocess.run(command, capture_output=True, text=True, check=False, env=run_environment(what)), what)
     return json.loads((out / "result.json").read_text())
+
+
+def run_environment(what: str) -> dict[str, str]:
+    """The environment of a `what` run's process: OpenMP's default for TRL, `OURS_ENVIRONMENT` for ours."""
+    environment = {key: value for key, value in os.environ.items() if key not in OURS_ENVIRONMENT}
+    return environment if what.startswith("trl") else environment | OURS_ENVIRONMENT
 
 
 def finished(process: subprocess.CompletedProcess, what: str) -> None:
@@ -89,7 +100,8 @@ def evaluate(settings: BenchSettings, paths: dict[str, Path], folders: list[Path
     command = [sys.executable, str(HERE / "vs_trl_runs.py"), "evaluate", "--settings", settings.to_json()]
     command += ["--data", str(paths["data"]), "--start", str(paths["start"]), "--out", str(out)]
     command += ["--folders", *map(str, folders)]
-    finished(subprocess.run(command, capture_output=True, text=True, check=False), "evaluate")
+    process = subprocess.run(command, capture_output=True, text=True, check=False, env=run_environment("evaluate"))
+    finished(process, "evaluate")
     return json.loads((out / "evaluation.json").read_text())
 
 
