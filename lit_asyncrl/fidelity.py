@@ -11,11 +11,15 @@ snapshots of its own, scores every policy token under the version that sampled i
   `loglinear_prox`, or mu_old for strategies without a reference (`ppo_clip_train_infer`);
 - `fidelity/mask_disagreement/gap_n`: the fraction of those tokens whose train-infer mask decision
   differs from the decision the same strategy makes with exact pi_old (strategies without an r_d
-  mask log no disagreement).
+  mask log no disagreement);
+- `fidelity/discrepancy_absmean|absmax` (and per gap): |log pi_old - log mu_old|, the train-inference
+  discrepancy, and `fidelity/version_drift_absmean|absmax`: |log pi_v - log pi_(v-1)| on the batch's
+  tokens, how far one version moves the policy. Their ratio is the run's regime (where proxies of
+  pi_old can live), stated by each run that has the shadow rather than borrowed from other runs.
 
-The training itself is unchanged: the shadow only measures. It costs one snapshot per version and
-one extra forward per distinct stale version in a batch. With `fidelity_proxies` it also measures
-other proxies on the same tokens (`lit_asyncrl.fidelity_panel`).
+The training itself is unchanged: the shadow only measures. It costs one snapshot per version, one
+extra forward per distinct stale version in a batch and one under the previous version (the drift).
+With `fidelity_proxies` it also measures other proxies on the same tokens (`lit_asyncrl.fidelity_panel`).
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class ReferenceFidelity:
         """
         with torch.no_grad():
             # Before the exact scores, which release the versions no live token refers to: v-1 is held until then.
-            drift = self._version_drift(batch, inputs, version, live_logprobs) if self.panel is not None else None
+            drift = self._version_drift(batch, inputs, version, live_logprobs)
             exact = self.exact.ref_logprobs(batch, live_logprobs.detach(), version)
             finite = _finite(inputs)
             metrics = fidelity_metrics(
@@ -109,12 +113,14 @@ class ReferenceFidelity:
                 exact_mask=loss_fn.discrepancy_mask_under(inputs, exact),
                 finite=finite,
             )
+            tokens = inputs.loss_mask & finite & torch.isfinite(exact)
+            discrepancy = (exact - inputs.behavior_logprobs).abs()
+            metrics.update(abs_stats_by_gap(discrepancy, tokens, inputs.version_gap, "fidelity/discrepancy_"))
+            if drift is not None and (counted := tokens & torch.isfinite(drift)).any():
+                metrics["fidelity/version_drift_absmean"] = drift[counted].mean().item()
+                metrics["fidelity/version_drift_absmax"] = drift[counted].max().item()
             if self.panel is not None:
-                tokens = inputs.loss_mask & finite & torch.isfinite(exact)
                 metrics.update(self.panel.metrics(loss_fn, inputs, exact, batch, version, tokens))
-                if drift is not None and (counted := tokens & torch.isfinite(drift)).any():
-                    metrics["fidelity/version_drift_absmean"] = drift[counted].mean().item()
-                    metrics["fidelity/version_drift_absmax"] = drift[counted].max().item()
             return metrics
 
     def _version_drift(

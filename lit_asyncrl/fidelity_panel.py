@@ -15,9 +15,9 @@ trains with its own loss and reference (the exact routes make a stable control).
 Logged per proxy p, overall and per gap bucket: `fidelity/<p>/logratio_absmean|absmax` =
 |log pi_p - log pi_old|, and `fidelity/<p>/mask_disagreement` = the fraction of tokens whose r_d mask
 (`pi_p / mu_old` within the run loss's `discrepancy_bounds`) decides otherwise than with pi_old. Beside
-them `fidelity/discrepancy_absmean|absmax` = |log pi_old - log mu_old|, the train-inference
-discrepancy, and `fidelity/version_drift_absmean|absmax` = |log pi_v - log pi_(v-1)|, how far one
-version moves the policy (from the shadow's snapshots): their ratio places a run on the map.
+them the shadow logs the train-inference discrepancy and the drift per version
+(`fidelity/discrepancy_*`, `fidelity/version_drift_*`, `lit_asyncrl.fidelity`): their ratio places a
+run on the map.
 """
 
 from __future__ import annotations
@@ -148,11 +148,11 @@ class ProxyPanel:
         version: int,
         tokens: torch.Tensor,
     ) -> dict[str, float]:
-        """`fidelity/<proxy>/*` and `fidelity/discrepancy_*` over `tokens` (bool [B, T])."""
+        """`fidelity/<proxy>/*` over `tokens` (bool [B, T])."""
         bounds = getattr(loss_fn, "discrepancy_bounds", None) or PAPER_DISCREPANCY_BOUNDS
         behavior = inputs.behavior_logprobs
         exact_kept = masked_discrepancy_weight(exact, behavior, bounds)[1]
-        metrics = abs_stats_by_gap((exact - behavior).abs(), tokens, inputs.version_gap, "fidelity/discrepancy_")
+        metrics = {}
         for proxy in self.proxies:
             proxy_logprobs = proxy.logprobs(batch, inputs, version)
             distance = (proxy_logprobs - exact).abs()

@@ -321,3 +321,25 @@ def test_kept_runs_give_the_same_table_and_hold_only_what_the_report_reads(sweep
     ).is_file()  # unfinished
     header = (kept / "experiment=snapshot,seed=0" / "metrics.csv").read_text().splitlines()[0].split(",")
     assert "rollout/queue_depth" not in header and {"step", "train/task_success", "val/avg@4"} <= set(header)
+
+
+def test_each_run_states_its_regime_the_drift_per_version_and_the_discrepancy(tmp_path):
+    # Two seeds: drift 0.02 then 0.04 (mean 0.03) and 0.05, 0.05; discrepancy 0.01, 0.01 and 0.02, 0.04.
+    for seed, (drifts, discrepancies) in enumerate([((0.02, 0.04), (0.01, 0.01)), ((0.05, 0.05), (0.02, 0.04))]):
+        rows = [
+            {
+                "step": step,
+                "train/task_success": 0.5,
+                "fidelity/version_drift_absmean": drift,
+                "fidelity/discrepancy_absmean": discrepancy,
+            }
+            for step, (drift, discrepancy) in enumerate(zip(drifts, discrepancies))
+        ]
+        write_run(tmp_path / f"s{seed}", [f"seed={seed}"], rows)
+    runs = group_by_label([load_run(tmp_path / f"s{seed}") for seed in (0, 1)])["default"]
+    header, row = table_rows(results_table({"default": runs}))
+    cells = dict(zip(header, row, strict=True))
+    # means over seeds of each run's mean over steps, with the sample standard deviation over seeds:
+    # drift 0.03 and 0.05 -> 0.04 ± 0.0141; discrepancy 0.01 and 0.03 -> 0.02 ± 0.0141
+    assert cells["drift per version"] == "4.0e-02 ± 1.4e-02"
+    assert cells["discrepancy"] == "2.0e-02 ± 1.4e-02"

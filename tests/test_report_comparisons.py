@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lit_asyncrl.report.comparisons import welch
+from lit_asyncrl.report.comparisons import holm_adjusted, welch
 from lit_asyncrl.report.main import main as report_main
 from tests.support.report_runs import table_rows, write_run
 
@@ -68,9 +68,9 @@ def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
     compared = {(row[0], row[1]): row[2:] for row in rows}
     assert list(compared) == [("ppo_ewma", "linear_prox"), ("linear_prox", "snapshot"), ("ppo_ewma", "snapshot")]
     # linear_prox - snapshot at the end: the first case of the test above, negated: -0.2 [-0.223, -0.177]
-    seeds, end, end_test, change, _, verdict = compared[("linear_prox", "snapshot")]
+    seeds, end, end_test, end_holm, change, _, _, verdict = compared[("linear_prox", "snapshot")]
     assert seeds == "3, 3" and end == "-0.200 [-0.223, -0.177]" and end_test.startswith("-24.49, 0.000")
-    assert verdict == "B higher (p < 0.05)"
+    assert end_holm == "0.000" and verdict == "B higher (Holm p < 0.05)"
     # change: linear 0.00, -0.01, +0.04 (mean 0.01) against 0.20, 0.22, 0.21 (mean 0.21)
     assert change.startswith("-0.200 [")
     # ppo_ewma (0.5, 0.7) - linear_prox (0.40, 0.41, 0.42) at the end: 0.6 - 0.41 = 0.19, 2 and 3 seeds
@@ -95,3 +95,37 @@ def test_a_comparison_the_runs_cannot_make_is_refused_before_any_figure(tmp_path
     with pytest.raises(SystemExit, match=re.escape(message)):
         report_main([str(sweep), "--out", str(tmp_path / "report"), *arguments])
     assert not (tmp_path / "report").exists()
+
+
+def test_holm_multiplies_the_ordered_p_values_by_the_tests_left_and_keeps_their_order():
+    # Sorted 0.01, 0.03, 0.04: times 3, 2, 1 = 0.03, 0.06, 0.04; never below an earlier one: 0.03, 0.06, 0.06.
+    assert holm_adjusted([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # Capped at 1; one test alone is left as it is.
+    assert holm_adjusted([0.6, 0.001]) == pytest.approx([0.6, 0.002])
+    assert holm_adjusted([0.044]) == pytest.approx([0.044])
+
+
+def test_all_pairs_compares_every_pair_once_as_one_holm_family(tmp_path):
+    sweep = tmp_path / "sweep"
+    held_out_runs(sweep, "snapshot", [(0.40, 0.60), (0.40, 0.62), (0.40, 0.61)])
+    held_out_runs(sweep, "linear_prox", [(0.40, 0.40), (0.42, 0.41), (0.38, 0.42)])
+    held_out_runs(sweep, "ppo_ewma", [(0.40, 0.5), (0.40, 0.7)])
+    out = tmp_path / "report"
+    # A pair asked for by --compare as well is not tested twice.
+    assert report_main([str(sweep), "--out", str(out), "--compare", "snapshot", "linear_prox", "--all-pairs"]) == 0
+    _, *rows = table_rows((out / "report.md").read_text(), "Comparisons")
+    assert sorted(tuple(sorted(row[:2])) for row in rows) == [
+        ("linear_prox", "ppo_ewma"),
+        ("linear_prox", "snapshot"),
+        ("ppo_ewma", "snapshot"),
+    ]
+    # Three tests: sorted by raw p they are multiplied by 3, 2 and 1, each never below the one before.
+    raw = [float(row[4].split(", ")[1]) for row in rows]
+    order = sorted(range(3), key=lambda index: raw[index])
+    expected, floor = [0.0] * 3, 0.0
+    for rank, index in enumerate(order):
+        floor = max(floor, min(1.0, (3 - rank) * raw[index]))
+        expected[index] = floor
+    assert [float(row[5]) for row in rows] == pytest.approx(expected, abs=3e-3)
+    assert max(raw) > 0.1  # a family with a large p, so the multipliers show
+    assert "over this table's 3 comparisons" in (out / "report.md").read_text()

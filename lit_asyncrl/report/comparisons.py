@@ -1,6 +1,10 @@
 """What the seeds can and cannot tell apart: each run's held-out score per seed, and Welch's t-test
 (unequal variances, two-sided) with a 95% interval for each pair of configurations the reader asks
-about (`lit-asyncrl report --compare A B`, or `--baseline A` for every configuration against A)."""
+about (`lit-asyncrl report --compare A B`, or `--baseline A` for every configuration against A).
+
+A table of several comparisons is one family: beside each raw p stands its Holm-adjusted p over the
+table's comparisons of the same quantity, and the verdict reads the adjusted one, so a table of ten
+tests does not call a difference separated that one test in ten would show by chance."""
 
 from __future__ import annotations
 
@@ -51,9 +55,17 @@ def welch(first: Sequence[float], second: Sequence[float]) -> tuple[float, float
     return difference, float(interval.low), float(interval.high), float(result.statistic), float(result.pvalue)
 
 
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family's p-values (statsmodels' `multipletests`), in their order."""
+    from statsmodels.stats.multitest import multipletests
+
+    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
+
+
 def comparisons_table(groups: dict[str, list[Run]], pairs: Sequence[tuple[str, str]], avg_key: str) -> str:
     """Markdown: for each pair (A, B), A - B in held-out score at the end and in its change from the
-    start, each with a 95% Welch interval, t and p, and what the seeds say.
+    start, each with a 95% Welch interval, t, p and the Holm-adjusted p over the table's pairs, and
+    what the seeds say (by the adjusted p of the score at the end).
 
     Raises:
         ValueError: naming a label no run has (the choices listed), or a side with fewer than two seeds.
@@ -65,27 +77,36 @@ def comparisons_table(groups: dict[str, list[Run]], pairs: Sequence[tuple[str, s
         "seeds A, B",
         f"{k} at end, A - B [95% interval]",
         "t, p",
+        "Holm p",
         f"change of {k}, A - B [95% interval]",
         "t, p",
+        "Holm p",
         "at the end",
     ]
-    lines = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    scalars = (lambda run: run.last(avg_key), lambda run: _change(run, avg_key))
+    tests = []  # per pair: (seeds on each side, Welch's result for each scalar)
     for first, second in pairs:
-        cells = [first, second]
         sides = [finished_or_all(_group(groups, label)) for label in (first, second)]
-        cells.append(", ".join(str(len(runs)) for runs in sides))
-        verdict = ""
-        for scalar in (lambda run: run.last(avg_key), lambda run: _change(run, avg_key)):
-            values = [_values(runs, scalar, label) for runs, label in zip(sides, (first, second))]
-            difference, low, high, t, p = welch(*values)
-            cells += [f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]", f"{t:.2f}, {p:.3f}"]
-            if not verdict:  # the first scalar, the score at the end, decides the verdict
-                verdict = (
-                    f"{'A' if difference > 0 else 'B'} higher (p < {ALPHA})"
-                    if p < ALPHA
-                    else f"not separable with {len(values[0])} and {len(values[1])} seeds"
-                )
-        cells.append(verdict)
+        results = [
+            welch(*(_values(runs, scalar, label) for runs, label in zip(sides, (first, second)))) for scalar in scalars
+        ]
+        tests.append(([len(runs) for runs in sides], results))
+    adjusted = [holm_adjusted([results[index][4] for _, results in tests]) for index in range(len(scalars))]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row, ((first, second), (seeds, results)) in enumerate(zip(pairs, tests)):
+        cells = [first, second, ", ".join(map(str, seeds))]
+        for index, (difference, low, high, t, p) in enumerate(results):
+            cells += [
+                f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]",
+                f"{t:.2f}, {p:.3f}",
+                f"{adjusted[index][row]:.3f}",
+            ]
+        end_difference = results[0][0]  # the score at the end decides the verdict
+        cells.append(
+            f"{'A' if end_difference > 0 else 'B'} higher (Holm p < {ALPHA})"
+            if adjusted[0][row] < ALPHA
+            else f"not separable with {seeds[0]} and {seeds[1]} seeds"
+        )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -8,6 +8,7 @@ what they logged and counted in the "finished" column.
 from __future__ import annotations
 
 import argparse
+import itertools
 import shlex
 import sys
 import time
@@ -29,6 +30,8 @@ REPORT_COLUMNS = (
     "val/",
     "fidelity/logratio_absmean",
     "fidelity/mask_disagreement",
+    "fidelity/version_drift_absmean",
+    "fidelity/discrepancy_absmean",
     "train/version_gap_mean",
     "reference/ewma_beta",
     "reference/ewma_resets",
@@ -64,6 +67,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--baseline", default=None, help="compare every other configuration with this one (as --compare OTHER BASELINE)"
+    )
+    parser.add_argument(
+        "--all-pairs",
+        action="store_true",
+        help="compare every pair of configurations, in the table's order: one Holm family chosen before any result",
     )
     return parser.parse_args(argv)
 
@@ -105,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [tuple(pair) for pair in args.compare]
     if args.baseline is not None:
         pairs += [(label, args.baseline) for label in groups if label != args.baseline]
+    if args.all_pairs:
+        asked = {frozenset(pair) for pair in pairs}
+        pairs += [pair for pair in itertools.combinations(groups, 2) if frozenset(pair) not in asked]
     if pairs and avg_key is None:
         raise SystemExit("--compare/--baseline: the runs logged no held-out score (val/avg@k) to compare")
     try:  # before any figure is drawn: a misspelt label fails at once
@@ -137,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
     if comparisons is not None:
         lines += [
-            "Comparisons (Welch's t-test over seeds, two-sided; "
-            "the interval is the 95% one of the difference of means):",
+            "Comparisons (Welch's t-test over seeds, two-sided; the interval is the 95% one of the difference "
+            f"of means; Holm p: adjusted by Holm's method over this table's {len(pairs)} comparisons, each column "
+            "of p its own family; the verdict reads the Holm p of the score at the end):",
             "",
             comparisons,
             "",

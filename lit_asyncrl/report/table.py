@@ -51,6 +51,8 @@ def results_table(groups: dict[str, list[Run]]) -> str:
         "EWMA resets",
         *[f"fidelity {column}" for column in gap_columns],
         "mask disagreement",
+        "drift per version",
+        "discrepancy",
         "step s (median)",
         "wall min",
     ]
@@ -72,6 +74,8 @@ def results_table(groups: dict[str, list[Run]]) -> str:
             _cell(per_seed(runs, final_value("reference/ewma_resets")), digits=1),
             *[_cell(value, scientific=True) for value in fidelity_per_gap(runs)],
             _cell(per_seed(runs, mean_value("fidelity/mask_disagreement")), digits=4),
+            _cell(per_seed(runs, mean_value("fidelity/version_drift_absmean")), scientific=True),
+            _cell(per_seed(runs, mean_value("fidelity/discrepancy_absmean")), scientific=True),
             _cell(per_seed(runs, median_value("train/step_s")), digits=2),
             _cell(per_seed(runs, wall_minutes), digits=1),
         ]
@@ -117,7 +121,11 @@ decay at the last step (W/(W+2) unless fixed) and *EWMA resets* counts its autom
 other references). *fidelity gap n* is the mean over steps of
 |log pi_proxy - log pi_old| (nats) on the tokens n versions old, pi_proxy being what the method puts
 in pi_old's place and pi_old exact (shadow snapshots); *mask disagreement* is the fraction of policy
-tokens whose r_d mask decision differs from the one exact pi_old gives. *step s* is the wall time of
+tokens whose r_d mask decision differs from the one exact pi_old gives. *drift per version* is the
+mean over steps of |log pi_v - log pi_(v-1)| on the batch's tokens (how far one version moves the
+policy) and *discrepancy* of |log pi_old - log mu_old| (the train-inference discrepancy, pi_old
+exact): their ratio is the run's regime (– for runs without the shadow, or made before it logged
+them, 2026-12-06). *step s* is the wall time of
 an optimizer step (waiting for rollouts, reference, update, weight push), *wall min* the whole run."""
 
 
