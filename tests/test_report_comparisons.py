@@ -24,6 +24,16 @@ def held_out_runs(root: Path, experiment: str, scores: list[tuple[float, float]]
         write_run(root / f"experiment={experiment},seed={seed}", [f"experiment={experiment}", f"seed={seed}"], rows)
 
 
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    """Three configurations: snapshot (3 seeds), linear_prox (3 seeds), ppo_ewma (2 seeds)."""
+    sweep = tmp_path / "sweep"
+    held_out_runs(sweep, "snapshot", [(0.40, 0.60), (0.40, 0.62), (0.40, 0.61)])
+    held_out_runs(sweep, "linear_prox", [(0.40, 0.40), (0.42, 0.41), (0.38, 0.42)])
+    held_out_runs(sweep, "ppo_ewma", [(0.40, 0.5), (0.40, 0.7)])
+    return sweep
+
+
 def test_welch_matches_the_hand_computed_statistic_and_textbook_interval():
     # A: mean 0.61, sample variance 1e-4; B: mean 0.41, same. se = sqrt(1e-4/3 + 1e-4/3) = 8.165e-3,
     # t = 0.2 / se = 24.49; equal variances and sizes: df = 4, t(4, 0.975) = 2.776 (tables), so the
@@ -42,11 +52,7 @@ def test_welch_matches_the_hand_computed_statistic_and_textbook_interval():
     assert math.isclose((low + high) / 2, difference)
 
 
-def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(tmp_path):
-    sweep = tmp_path / "sweep"
-    held_out_runs(sweep, "snapshot", [(0.40, 0.60), (0.40, 0.62), (0.40, 0.61)])
-    held_out_runs(sweep, "linear_prox", [(0.40, 0.40), (0.42, 0.41), (0.38, 0.42)])
-    held_out_runs(sweep, "ppo_ewma", [(0.40, 0.5), (0.40, 0.7)])
+def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(sweep, tmp_path):
     out = tmp_path / "report"
     assert (
         report_main([str(sweep), "--out", str(out), "--baseline", "snapshot", "--compare", "ppo_ewma", "linear_prox"])
@@ -105,11 +111,7 @@ def test_holm_multiplies_the_ordered_p_values_by_the_tests_left_and_keeps_their_
     assert holm_adjusted([0.044]) == pytest.approx([0.044])
 
 
-def test_all_pairs_compares_every_pair_once_as_one_holm_family(tmp_path):
-    sweep = tmp_path / "sweep"
-    held_out_runs(sweep, "snapshot", [(0.40, 0.60), (0.40, 0.62), (0.40, 0.61)])
-    held_out_runs(sweep, "linear_prox", [(0.40, 0.40), (0.42, 0.41), (0.38, 0.42)])
-    held_out_runs(sweep, "ppo_ewma", [(0.40, 0.5), (0.40, 0.7)])
+def test_all_pairs_compares_every_pair_once_as_one_holm_family(sweep, tmp_path):
     out = tmp_path / "report"
     # A pair asked for by --compare as well is not tested twice.
     assert report_main([str(sweep), "--out", str(out), "--compare", "snapshot", "linear_prox", "--all-pairs"]) == 0
