@@ -369,6 +369,34 @@ def test_table2_in_the_proxies_regime_builds_every_method_with_the_papers_mask_a
         assert cfg.rollout.dtype == "bfloat16" and cfg.hydra.sweep.dir == "results/findings/table2_regime"
 
 
+def test_table2s_rerun_runs_its_decisive_arms_with_ten_seeds_both_betas_and_the_regime_logged(tmp_path):
+    params = compose_train(["+sweep=table2_decisive", f"hydra.run.dir={tmp_path}"]).hydra.sweeper.params
+    assert params["seed"] == ",".join(map(str, range(10)))
+    betas = {}
+    for experiment in params["experiment"].split(","):
+        cfg = compose_train(
+            ["+sweep=table2_decisive", f"experiment={experiment}", "seed=0", f"hydra.run.dir={tmp_path}"]
+        )
+        assert (cfg.model.lr, list(cfg.loss.discrepancy_bounds), list(cfg.loss.clip_bounds)) == (
+            6e-5,
+            [0.99, 1.01],
+            [0.997, 1.004],
+        )
+        # fidelity on: every run logs its drift per version and its discrepancy; 3 evaluations to average at the end
+        assert (cfg.fidelity, cfg.rollout.eval_instances, cfg.trainer.val_check_interval, cfg.trainer.max_steps) == (
+            True,
+            64,
+            20,
+            120,
+        )
+        assert cfg.hydra.sweep.dir == "results/findings/table2_decisive"
+        if cfg.reference._target_.endswith("EWMAReferenceSource"):
+            betas[experiment] = cfg.reference.beta
+    # The two readings of the paper's beta = W/(W+2): W = the gap cap (null: computed, 3/5) and 0.75 (W = 6).
+    assert betas == {"ppo_ewma": None, "ppo_ewma_beta075": 0.75}
+    assert cfg.rollout.max_version_gap == 3
+
+
 def test_the_suites_libyaml_loader_reads_every_shipped_config_as_omegaconfs_own_does():
     import omegaconf._utils
     import yaml

@@ -74,9 +74,13 @@ def test_the_report_lists_each_seed_and_compares_the_pairs_asked_for(sweep, tmp_
     compared = {(row[0], row[1]): row[2:] for row in rows}
     assert list(compared) == [("ppo_ewma", "linear_prox"), ("linear_prox", "snapshot"), ("ppo_ewma", "snapshot")]
     # linear_prox - snapshot at the end: the first case of the test above, negated: -0.2 [-0.223, -0.177]
-    seeds, end, end_test, end_holm, change, _, _, verdict = compared[("linear_prox", "snapshot")]
+    seeds, end, end_test, end_holm, change, _, _, paired_end, paired_test, _, verdict = compared[
+        ("linear_prox", "snapshot")
+    ]
     assert seeds == "3, 3" and end == "-0.200 [-0.223, -0.177]" and end_test.startswith("-24.49, 0.000")
     assert end_holm == "0.000" and verdict == "B higher (Holm p < 0.05)"
+    # paired by seed: differences -0.20, -0.21, -0.19 (mean -0.2, sd 0.01, se 0.005774, t = -34.64)
+    assert paired_end.startswith("-0.200 [") and paired_test.startswith("-34.64, ")
     # change: linear 0.00, -0.01, +0.04 (mean 0.01) against 0.20, 0.22, 0.21 (mean 0.21)
     assert change.startswith("-0.200 [")
     # ppo_ewma (0.5, 0.7) - linear_prox (0.40, 0.41, 0.42) at the end: 0.6 - 0.41 = 0.19, 2 and 3 seeds

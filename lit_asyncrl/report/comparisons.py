@@ -4,7 +4,12 @@ about (`lit-asyncrl report --compare A B`, or `--baseline A` for every configura
 
 A table of several comparisons is one family: beside each raw p stands its Holm-adjusted p over the
 table's comparisons of the same quantity, and the verdict reads the adjusted one, so a table of ten
-tests does not call a difference separated that one test in ten would show by chance."""
+tests does not call a difference separated that one test in ten would show by chance. Where the two
+configurations ran the same seeds (the same warm start, the same instances in the same order), the
+paired test over the seeds' differences stands beside, as a second reading; the verdict stays Welch's.
+
+A run's score at the end is its endpoint (`analysis_plan.Endpoint`): the last evaluation unless the
+sweep's committed plan averages more."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from scipy import stats
 
+from lit_asyncrl.report.analysis_plan import Endpoint
 from lit_asyncrl.report.runs import Run
 
 #: The level below which a difference is called separated; the interval is the matching 95% one.
@@ -23,11 +29,11 @@ def finished_or_all(runs: list[Run]) -> list[Run]:
     return [run for run in runs if run.summary is not None] or runs
 
 
-def per_seed_scores_table(groups: dict[str, list[Run]], avg_key: str) -> str:
-    """Markdown: per configuration, each seed's held-out score at start -> end, and the change's mean."""
+def per_seed_scores_table(groups: dict[str, list[Run]], avg_key: str, endpoint: Endpoint = Endpoint()) -> str:
+    """Markdown: per configuration, each seed's held-out score at start -> endpoint, and the change's mean."""
     seeds = sorted({run.seed for runs in groups.values() for run in finished_or_all(runs)})
     k = avg_key.split("/")[1]
-    header = ["configuration", *(f"seed {seed}: {k} start -> end" for seed in seeds), "mean change"]
+    header = ["configuration", *(f"seed {seed}: {k} start -> {endpoint.column()}" for seed in seeds), "mean change"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     for label, members in groups.items():
         by_seed = {run.seed: run for run in finished_or_all(members)}
@@ -35,7 +41,7 @@ def per_seed_scores_table(groups: dict[str, list[Run]], avg_key: str) -> str:
         changes = []
         for seed in seeds:
             run = by_seed.get(seed)
-            start, end = (_start(run, avg_key), run.last(avg_key)) if run else (None, None)
+            start, end = (_start(run, avg_key), endpoint.score(run, avg_key)) if run else (None, None)
             if start is None or end is None:
                 cells.append("–")
                 continue
@@ -62,46 +68,73 @@ def holm_adjusted(p_values: Sequence[float]) -> list[float]:
     return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
 
 
-def comparisons_table(groups: dict[str, list[Run]], pairs: Sequence[tuple[str, str]], avg_key: str) -> str:
-    """Markdown: for each pair (A, B), A - B in held-out score at the end and in its change from the
-    start, each with a 95% Welch interval, t, p and the Holm-adjusted p over the table's pairs, and
-    what the seeds say (by the adjusted p of the score at the end).
+def paired(first: dict[int, float], second: dict[int, float]) -> tuple[float, float, float, float, float] | None:
+    """(mean of the per-seed differences first - second, its 95% interval's ends, t, two-sided p) by
+    the paired t-test over the seeds both sides ran; None with fewer than two such seeds."""
+    seeds = sorted(first.keys() & second.keys())
+    if len(seeds) < 2:
+        return None
+    differences = [first[seed] - second[seed] for seed in seeds]
+    result = stats.ttest_rel([first[seed] for seed in seeds], [second[seed] for seed in seeds])
+    interval = result.confidence_interval(1 - ALPHA)
+    return (
+        sum(differences) / len(differences),
+        float(interval.low),
+        float(interval.high),
+        float(result.statistic),
+        float(result.pvalue),
+    )
+
+
+def comparisons_table(
+    groups: dict[str, list[Run]], pairs: Sequence[tuple[str, str]], avg_key: str, endpoint: Endpoint = Endpoint()
+) -> str:
+    """Markdown: for each pair (A, B), A - B in held-out score at the endpoint and in its change
+    from the start, each with a 95% Welch interval, t, p and the Holm-adjusted p over the table's
+    pairs; the paired test of the endpoint over the seeds both ran, Holm-adjusted over the pairs
+    that have one; and what the seeds say (by the Welch test's adjusted p at the endpoint).
 
     Raises:
         ValueError: naming a label no run has (the choices listed), or a side with fewer than two seeds.
     """
     k = avg_key.split("/")[1]
+    at_end = endpoint.column()
     header = [
         "A",
         "B",
         "seeds A, B",
-        f"{k} at end, A - B [95% interval]",
+        f"{k} {at_end}, A - B [95% interval]",
         "t, p",
         "Holm p",
         f"change of {k}, A - B [95% interval]",
         "t, p",
         "Holm p",
+        f"paired by seed: {k} {at_end}, A - B [95% interval]",
+        "t, p",
+        "Holm p",
         "at the end",
     ]
-    scalars = (lambda run: run.last(avg_key), lambda run: _change(run, avg_key))
-    tests = []  # per pair: (seeds on each side, Welch's result for each scalar)
+    scalars = (lambda run: endpoint.score(run, avg_key), lambda run: _change(run, avg_key, endpoint))
+    tests = []  # per pair: (seeds on each side, Welch's result for each scalar, the paired result or None)
     for first, second in pairs:
         sides = [finished_or_all(_group(groups, label)) for label in (first, second)]
         results = [
             welch(*(_values(runs, scalar, label) for runs, label in zip(sides, (first, second)))) for scalar in scalars
         ]
-        tests.append(([len(runs) for runs in sides], results))
-    adjusted = [holm_adjusted([results[index][4] for _, results in tests]) for index in range(len(scalars))]
-    lines = ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for row, ((first, second), (seeds, results)) in enumerate(zip(pairs, tests)):
+        by_seed = [{run.seed: scalars[0](run) for run in runs if scalars[0](run) is not None} for runs in sides]
+        tests.append(([len(runs) for runs in sides], results, paired(*by_seed)))
+    adjusted = [holm_adjusted([results[index][4] for _, results, _ in tests]) for index in range(len(scalars))]
+    paired_rows = [row for row, (_, _, result) in enumerate(tests) if result is not None]
+    paired_adjusted = dict(
+        zip(paired_rows, holm_adjusted([tests[row][2][4] for row in paired_rows]) if paired_rows else [])
+    )
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 3) + "---|"]
+    for row, ((first, second), (seeds, results, paired_result)) in enumerate(zip(pairs, tests)):
         cells = [first, second, ", ".join(map(str, seeds))]
-        for index, (difference, low, high, t, p) in enumerate(results):
-            cells += [
-                f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]",
-                f"{t:.2f}, {p:.3f}",
-                f"{adjusted[index][row]:.3f}",
-            ]
-        end_difference = results[0][0]  # the score at the end decides the verdict
+        for index, result in enumerate(results):
+            cells += _test_cells(result, adjusted[index][row])
+        cells += _test_cells(paired_result, paired_adjusted.get(row))
+        end_difference = results[0][0]  # the score at the endpoint decides the verdict
         cells.append(
             f"{'A' if end_difference > 0 else 'B'} higher (Holm p < {ALPHA})"
             if adjusted[0][row] < ALPHA
@@ -109,6 +142,13 @@ def comparisons_table(groups: dict[str, list[Run]], pairs: Sequence[tuple[str, s
         )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _test_cells(result: tuple[float, float, float, float, float] | None, holm_p: float | None) -> list[str]:
+    if result is None:
+        return ["–", "–", "–"]
+    difference, low, high, t, p = result
+    return [f"{difference:+.3f} [{low:+.3f}, {high:+.3f}]", f"{t:.2f}, {p:.3f}", f"{holm_p:.3f}"]
 
 
 def _group(groups: dict[str, list[Run]], label: str) -> list[Run]:
@@ -133,7 +173,7 @@ def _start(run: Run, key: str) -> float | None:
     return values[0] if values else None
 
 
-def _change(run: Run, key: str) -> float | None:
+def _change(run: Run, key: str, endpoint: Endpoint) -> float | None:
     start = _start(run, key)
-    end = run.last(key)
+    end = endpoint.score(run, key)
     return None if start is None or end is None else end - start

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from lit_asyncrl.report.analysis_plan import AnalysisPlan, Endpoint, load_plan
 from lit_asyncrl.report.comparisons import comparisons_table, per_seed_scores_table
 from lit_asyncrl.report.figures import plot_curves, plot_fidelity
 from lit_asyncrl.report.run_data import keep_run_data
@@ -73,7 +74,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="compare every pair of configurations, in the table's order: one Holm family chosen before any result",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--plan",
+        default=None,
+        help="the analysis committed with the sweep: a sweep's name (conf/sweep/NAME.yaml) or a YAML file with an "
+        "`analysis:` block (its endpoint and its families of comparisons, each family one Holm family)",
+    )
+    args = parser.parse_args(argv)
+    if args.plan is not None and (args.compare or args.baseline or args.all_pairs):
+        parser.error("--plan states the comparisons: leave out --compare, --baseline and --all-pairs")
+    return args
+
+
+def asked_pairs(args: argparse.Namespace, groups: dict) -> list[tuple[str, str]]:
+    """The pairs of --compare, --baseline and --all-pairs, each once, in that order."""
+    pairs = [tuple(pair) for pair in args.compare]
+    if args.baseline is not None:
+        pairs += [(label, args.baseline) for label in groups if label != args.baseline]
+    if args.all_pairs:
+        asked = {frozenset(pair) for pair in pairs}
+        pairs += [pair for pair in itertools.combinations(groups, 2) if frozenset(pair) not in asked]
+    return pairs
 
 
 def expand_run_dirs(paths: list[Path]) -> list[Path]:
@@ -97,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.smooth < 1:
         raise SystemExit(f"--smooth must be >= 1, got {args.smooth}")
+    plan = load_plan(args.plan) if args.plan is not None else None
     run_dirs = expand_run_dirs(args.run_dirs)
     if args.keep_runs is not None:
         run_dirs = keep_run_data(run_dirs, args.keep_runs, REPORT_COLUMNS)
@@ -110,16 +132,16 @@ def main(argv: list[str] | None = None) -> int:
                 "report each sweep on its own"
             )
     avg_key, _ = held_out_keys(groups)
-    pairs = [tuple(pair) for pair in args.compare]
-    if args.baseline is not None:
-        pairs += [(label, args.baseline) for label in groups if label != args.baseline]
-    if args.all_pairs:
-        asked = {frozenset(pair) for pair in pairs}
-        pairs += [pair for pair in itertools.combinations(groups, 2) if frozenset(pair) not in asked]
-    if pairs and avg_key is None:
+    if plan is None:
+        plan = AnalysisPlan(Endpoint(), {"": asked_pairs(args, groups)})
+    if any(plan.families.values()) and avg_key is None:
         raise SystemExit("--compare/--baseline: the runs logged no held-out score (val/avg@k) to compare")
     try:  # before any figure is drawn: a misspelt label fails at once
-        comparisons = comparisons_table(groups, pairs, avg_key) if pairs else None
+        comparisons = {
+            family: comparisons_table(groups, pairs, avg_key, plan.endpoint)
+            for family, pairs in plan.families.items()
+            if pairs
+        }
     except ValueError as error:
         raise SystemExit(str(error)) from None
     args.out.mkdir(parents=True, exist_ok=True)
@@ -143,16 +165,24 @@ def main(argv: list[str] | None = None) -> int:
         lines += [
             "Held out, per seed (the runs behind the table's means):",
             "",
-            per_seed_scores_table(groups, avg_key),
+            per_seed_scores_table(groups, avg_key, plan.endpoint),
             "",
         ]
-    if comparisons is not None:
+    if args.plan is not None:
         lines += [
-            "Comparisons (Welch's t-test over seeds, two-sided; the interval is the 95% one of the difference "
-            f"of means; Holm p: adjusted by Holm's method over this table's {len(pairs)} comparisons, each column "
-            "of p its own family; the verdict reads the Holm p of the score at the end):",
+            f"Analysis committed with the sweep ({plan.source}): the endpoint is {plan.endpoint.describe()} of "
+            f"each run; {len(plan.families)} families of comparisons, each adjusted on its own.",
             "",
-            comparisons,
+        ]
+    for family, table in comparisons.items():
+        lines += [
+            f"Comparisons{f' ({family})' if family else ''} (Welch's t-test over seeds, two-sided; the interval "
+            "is the 95% one of the difference of means; Holm p: adjusted by Holm's method over this table's "
+            f"{len(plan.families[family])} comparisons, each column of p its own family; paired by seed: the "
+            "paired t-test over the seeds both ran; the verdict reads the Holm p of Welch's test of the score "
+            "at the end):",
+            "",
+            table,
             "",
         ]
     tasks = per_task_table(groups)
