@@ -5,7 +5,8 @@ Each claim is the sentence's (or table row's) text with its numbers rendered fro
 (Welch's and the paired t-test over seeds, Holm's adjustment over every pair of the report's
 configurations, means, spreads and counts over runs); the test finds it in the document, whitespace
 aside. A sentence whose number drifts from its data fails here. The miniature findings' runs were not
-kept, so their numbers are not recomputed.
+kept: their comparisons are recomputed from their committed report's means and spreads or from the
+per-seed values their tables state.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from scipy import stats
 
 from lit_asyncrl.report.comparisons import holm_adjusted
 from lit_asyncrl.report.runs import Run, group_by_label, load_run
+from tests.support.report_runs import table_rows
 
 ROOT = Path(__file__).parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -251,6 +253,73 @@ def table_claims() -> list[str]:
     ]
 
 
+def document_row(document: str, start: str) -> list[str]:
+    """The cells of the markdown table row of `document` that starts with `start`."""
+    (line,) = [line for line in document.splitlines() if line.startswith(start)]
+    return line.strip("| ").split(" | ")
+
+
+def ends_per_seed(row: list[str]) -> list[float]:
+    """The per-seed values at the end from a "per seed at steps 40 / 120" cell of a miniature table."""
+    cell = next(cell for cell in row if " / " in cell and cell[0].isdigit())
+    return [float(value) for value in cell.split(" / ")[1].split()]
+
+
+def welch_from_seeds(first: list[float], second: list[float]) -> tuple[float, float, float]:
+    result = stats.ttest_ind(first, second, equal_var=False)
+    return float(result.statistic), float(result.df), float(result.pvalue)
+
+
+def miniature_claims() -> list[str]:
+    """The miniature findings' comparisons: their runs were not kept, so Table 2's come from its
+    committed report's means and spreads, Figures 3 and 4's from the per-seed values of their tables."""
+    report = (RESULTS / "findings" / "table2" / "report.md").read_text()
+    summary = {}
+    for row in table_rows(report)[1:]:
+        mean, _, spread = row[3].partition(" ± ")
+        summary[row[0]] = (float(mean), float(spread or 0.0))
+    exact = ("snapshot", "interrupt_sync", "dedicated")
+    proxies = ("ppo_ewma", "linear_prox_train_infer", "decoupled_async", "loglinear_prox_train_infer")
+    pairs = [(route, proxy) for route in exact for proxy in proxies]
+    raw = [
+        float(stats.ttest_ind_from_stats(*summary[route], 3, *summary[proxy], 3, equal_var=False).pvalue)
+        for route, proxy in pairs
+    ]
+    holm = dict(zip(pairs, holm_adjusted(raw)))
+    raw = dict(zip(pairs, raw))
+    collapsed = [holm[pair] for pair in pairs if pair[1] == "loglinear_prox_train_infer"]
+    others = [pair for pair in pairs if pair[1] != "loglinear_prox_train_infer"]
+    spreads = [summary[proxy][1] for proxy in proxies[:3]]
+    document = (ROOT / "docs" / "findings.md").read_text()
+    no_reset, tau08, tau09 = (
+        ends_per_seed(document_row(document, f"| {arm}"))
+        for arm in ("none (`ppo_ewma_no_reset`)", "tau 0.8 (`ppo_ewma`)", "tau 0.9 (`ppo_ewma_tau09`)")
+    )
+    fig4 = [welch_from_seeds(*pair) for pair in ((tau09, no_reset), (tau08, no_reset), (tau08, tau09))]
+    fig4_holm = holm_adjusted([p for _, _, p in fig4])
+    strict, loose = (
+        [ends_per_seed(document_row(document, f"| {mask} | {clip}")) for clip in ("[0.95, 1.05]", "[0.8, 1.28]")]
+        for mask in ("[0.99, 1.01]", "[0.9, 1.1]")
+    )
+    fig3 = [welch_from_seeds(*strict), welch_from_seeds(*loose)]
+    fig3_holm = holm_adjusted([p for _, _, p in fig3])
+    return [
+        f"with Holm over the {len(pairs)} pairs of an exact route and a proxy, each exact route ended above "
+        f"log-linear interpolation (Holm {min(collapsed):.3f} to {max(collapsed):.3f}; it collapsed in every seed), "
+        f"and none is separable from EWMA 0.75, linear interpolation or async recompute with 3 seeds (Holm "
+        f"{min(holm[pair] for pair in others):.2f} to {max(holm[pair] for pair in others):.2f}; raw p "
+        f"{min(raw[pair] for pair in others):.3f} to {max(raw[pair] for pair in others):.3f}), whose collapses "
+        f"in some seeds and not others leave spreads of {min(spreads):.3f} to {max(spreads):.3f}.",
+        f"tau 0.9 against no reset Welch t = {fig4[0][0]:.1f} on {fig4[0][1]:.1f} degrees of freedom from the "
+        f"per-seed values above, p = {fig4[0][2]:.3f}, Holm {fig4_holm[0]:.2f} over the 3 pairs; tau 0.8 against "
+        f"no reset and against tau 0.9, t = {fig4[1][0]:.1f} and {fig4[2][0]:.1f} (Holm "
+        f"{same(fig4_holm[1:], digits=2)} each).",
+        f"Welch t = {fig3[1][0]:.1f}, p = {fig3[1][2]:.2f}); under the strict mask it ended higher",
+        f"not separable with 3 seeds either (t = {fig3[0][0]:.1f} on {fig3[0][1]:.1f} degrees of freedom from the per-seed values in "
+        f"the table, p = {fig3[0][2]:.3f}, Holm {fig3_holm[0]:.2f} over this bullet's two comparisons).",
+    ]
+
+
 def flat(text: str) -> str:
     return re.sub(r"\s+", " ", text)
 
@@ -260,8 +329,8 @@ FINDINGS = flat((ROOT / "docs" / "findings.md").read_text())
 
 @pytest.mark.parametrize(
     "claims",
-    [table2_claims, figure10_claims, figure4_claims, table_claims],
-    ids=["table2_regime", "fig10_regime", "fig4_regime", "tables"],
+    [table2_claims, figure10_claims, figure4_claims, table_claims, miniature_claims],
+    ids=["table2_regime", "fig10_regime", "fig4_regime", "tables", "miniature"],
 )
 def test_the_prose_states_what_the_committed_runs_give(claims):
     # Computed here, not at collection: only the worker that runs the test loads the runs.
