@@ -26,6 +26,12 @@ success rate at each mark. Time to target is the first mark's training time at w
 
 With `--latency-s`, each episode's reward waits that long (`env.latency_s`: the task's one environment answer)
 and only this library runs, sync against async; the last line reads `time to target, sync / async at 200 ms: Y`.
+`--task desk` runs the service desk instead (multi-turn: 2 or 3 tool answers an episode, each waiting
+`--latency-s`; `desk_task.py`), this library only, from the tiny policy after the desk's warm start, and
+evaluates 200 held-out requests at each mark; `--arm NAME:MODE:OVERRIDES` adds a setting beside sync and
+async (what moves the time to target: batches in flight, the version-gap cap, group filters):
+
+    python benchmarks/bench_vs_trl.py --task desk --latency-s 0.2 --target 0.6 --arm gap1:async:rollout.max_version_gap=1
 
 The last line reads `time to target, TRL / lit_asyncrl (async): X` (the ratio of the medians; above 1
 means this library reached the target sooner).
@@ -42,6 +48,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from desk_task import write_desk_start_model
 from vs_trl_setup import BenchSettings, write_start_model, write_sums
 
 HERE = Path(__file__).resolve().parent
@@ -53,6 +60,8 @@ TRL_VERSION = "1.16.0"
 #: (`lit_asyncrl/cpu_threads.py`; `vs_trl_runs.py` imports torch first, so it is set here). TRL's
 #: runs keep OpenMP's default, as TRL's users have it.
 OURS_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: The desk's learning rate and warm start, as its findings setting has them (`conf/setting/findings.yaml`).
+DESK_LEARNING_RATE, DESK_WARM_START_STEPS = 2e-4, 120
 #: The level below which a comparison is called separated.
 ALPHA = 0.05
 
@@ -67,19 +76,41 @@ def check_trl() -> None:
         )
 
 
-def run(what: str, settings: BenchSettings, seed: int, paths: dict[str, Path], out: Path) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """A setting compared: TRL, or this library in a `mode` with more overrides (`--arm`)."""
+
+    name: str
+    mode: str
+    overrides: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Arm:
+        """`NAME:MODE:OVERRIDE OVERRIDE ...`, e.g. `gap1:async:rollout.max_version_gap=1`."""
+        name, mode, overrides = (text.split(":", 2) + [""])[:3]
+        if mode not in ("sync", "async") or not name or name in ("trl", "sync", "async"):
+            raise SystemExit(f"--arm {text!r}: expected NAME:sync|async:OVERRIDES, NAME other than trl, sync and async")
+        return cls(name, mode, tuple(overrides.split()))
+
+
+def run(arm: Arm, settings: BenchSettings, seed: int, paths: dict[str, Path], out: Path, task: str) -> dict:
     """One run in a process of its own (`vs_trl_runs.py`); its `result.json`."""
     command = [
         sys.executable,
         str(HERE / "vs_trl_runs.py"),
-        what,
+        arm.mode,
         "--settings",
         settings.to_json(),
         "--seed",
         str(seed),
+        "--task",
+        task,
+        "--extra",
+        json.dumps(list(arm.overrides)),
     ]
     command += ["--data", str(paths["data"]), "--start", str(paths["start"]), "--out", str(out)]
-    finished(subprocess.run(command, capture_output=True, text=True, check=False, env=run_environment(what)), what)
+    process = subprocess.run(command, capture_output=True, text=True, check=False, env=run_environment(arm.mode))
+    finished(process, arm.name)
     return json.loads((out / "result.json").read_text())
 
 
@@ -96,8 +127,11 @@ def finished(process: subprocess.CompletedProcess, what: str) -> None:
         raise RuntimeError(f"the {what} run failed (exit {process.returncode}):\n{tail}")
 
 
-def evaluate(settings: BenchSettings, paths: dict[str, Path], folders: list[Path], out: Path) -> dict[str, list[float]]:
+def evaluate(
+    settings: BenchSettings, paths: dict[str, Path], folders: list[Path], out: Path, task: str
+) -> dict[str, list[float]]:
     command = [sys.executable, str(HERE / "vs_trl_runs.py"), "evaluate", "--settings", settings.to_json()]
+    command += ["--task", task]
     command += ["--data", str(paths["data"]), "--start", str(paths["start"]), "--out", str(out)]
     command += ["--folders", *map(str, folders)]
     process = subprocess.run(command, capture_output=True, text=True, check=False, env=run_environment("evaluate"))
@@ -134,72 +168,110 @@ def main() -> None:
     parser.add_argument("--throughput", action="store_true", help="SmolLM2-135M tokens per second instead")
     parser.add_argument("--latency-s", type=float, default=0.0, help="per environment answer: sync against async only")
     parser.add_argument("--steps", type=int, default=5, help="--throughput: steps per run, the first a warm-up")
+    parser.add_argument(
+        "--task", choices=["sums", "desk"], default="sums", help="desk: the service desk, this library only"
+    )
+    parser.add_argument(
+        "--arm",
+        action="append",
+        default=[],
+        type=Arm.parse,
+        help="another setting of this library beside sync and async, NAME:MODE:OVERRIDES (repeatable), "
+        "e.g. gap1:async:rollout.max_version_gap=1",
+    )
     args = parser.parse_args()
-    check_trl()
+    ours_only = args.latency_s > 0 or args.task == "desk"
+    if args.throughput or not ours_only:
+        check_trl()
     if args.throughput:
         throughput(args.seeds, args.steps, args.out / "throughput")
         return
     settings = BenchSettings(budget_s=90.0, mark_s=10.0) if args.quick else BenchSettings()
+    if args.task == "desk":
+        settings = dataclasses.replace(settings, learning_rate=DESK_LEARNING_RATE, start_steps=DESK_WARM_START_STEPS)
     if args.budget_s is not None:
         settings = dataclasses.replace(settings, budget_s=args.budget_s)
     settings = dataclasses.replace(settings, latency_s=args.latency_s)
-    compared = ("sync", "async") if args.latency_s > 0 else SETTINGS
+    compared = [Arm(name, name) for name in ("sync", "async")] + args.arm
+    if not ours_only:
+        compared.insert(0, Arm("trl", "trl"))
+    labels = {arm.name: LABELS.get(arm.name, f"lit_asyncrl ({arm.name})") for arm in compared}
     args.out.mkdir(parents=True, exist_ok=True)
-    paths = {"data": args.out / "sums.jsonl", "start": args.out / "start"}
-    write_sums(paths["data"])
-    if not (paths["start"] / "config.json").exists():
-        write_start_model(paths["data"], paths["start"], settings.start_steps)
-    print(f"settings: {dataclasses.asdict(settings)}; target {args.target}; seeds {args.seeds}")
-    if "trl" in compared:
-        speed = run("trl-generate", settings, 0, paths, args.out / "trl_generate")
+    paths = prepare(args.task, settings, args.out)
+    print(f"settings: {dataclasses.asdict(settings)}; task {args.task}; target {args.target}; seeds {args.seeds}")
+    for arm in args.arm:
+        print(f"{labels[arm.name]}: {arm.mode} with {' '.join(arm.overrides)}")
+    if not ours_only:
+        speed = run(Arm("trl-generate", "trl-generate"), settings, 0, paths, args.out / "trl_generate", args.task)
         print(
             f"transformers' generate alone (TRL's generation), one step's completions: {speed['tokens_per_s']:.0f} tok/s"
         )
-    results: dict[str, list[dict]] = {what: [] for what in compared}
+    results: dict[str, list[dict]] = {arm.name: [] for arm in compared}
     folders = []
     for seed in range(args.seeds):
-        for what in compared:
-            folder = args.out / f"{what}_seed{seed}"
-            results[what].append(run(what, settings, seed, paths, folder))
+        for arm in compared:
+            folder = args.out / f"{arm.name}_seed{seed}"
+            results[arm.name].append(run(arm, settings, seed, paths, folder, args.task))
             folders.append(folder)
-            done = results[what][-1]
-            print(f"{LABELS[what]} seed {seed}: {done['steps']} steps in {done['train_s']:.0f} s", flush=True)
-    rates = evaluate(settings, paths, folders, args.out / "evaluation")
+            done = results[arm.name][-1]
+            print(f"{labels[arm.name]} seed {seed}: {done['steps']} steps in {done['train_s']:.0f} s", flush=True)
+    rates = evaluate(settings, paths, folders, args.out / "evaluation", args.task)
     print(f"\nheld-out success of the start model: {rates['start'][0]:.3f}")
     print(
         "setting                | seed | steps | gen tok/s | trained tok/s | peak MB | start-up s | to target s | success at each mark"
     )
-    times: dict[str, list[float | None]] = {what: [] for what in compared}
+    times: dict[str, list[float | None]] = {arm.name: [] for arm in compared}
     for seed in range(args.seeds):
-        for what in compared:
-            result = results[what][seed]
-            curve = rates[str(args.out / f"{what}_seed{seed}")]
+        for arm in compared:
+            result = results[arm.name][seed]
+            curve = rates[str(args.out / f"{arm.name}_seed{seed}")]
             reached = time_to_target(result, curve, args.target)
-            times[what].append(reached)
+            times[arm.name].append(reached)
             print(
-                f"{LABELS[what]:22} | {seed:4} | {result['steps']:5} | {result['generated_tokens'] / result['train_s']:9.0f} | "
+                f"{labels[arm.name]:22} | {seed:4} | {result['steps']:5} | {result['generated_tokens'] / result['train_s']:9.0f} | "
                 f"{result['trained_tokens'] / result['train_s']:13.0f} | {result['peak_memory_mb']:7.0f} | "
                 f"{result['setup_s']:10.1f} | {shown(reached, settings.budget_s):>11} | "
                 + " ".join(f"{rate:.2f}" for rate in curve)
             )
     (args.out / "runs.json").write_text(
         json.dumps(
-            {"settings": dataclasses.asdict(settings), "target": args.target, "results": results, "rates": rates},
+            {
+                "settings": dataclasses.asdict(settings),
+                "task": args.task,
+                "arms": [dataclasses.asdict(arm) for arm in compared],
+                "target": args.target,
+                "results": results,
+                "rates": rates,
+            },
             indent=1,
         )
     )
-    medians = {what: median_time(times[what], settings.budget_s) for what in compared}
-    for what in compared:
-        middle, bound = medians[what]
-        print(f"median time to target, {LABELS[what]}: {'>= ' if bound else ''}{middle:.0f} s")
-    if "trl" not in compared:
-        print(comparison(times["sync"], times["async"], LABELS["async"], settings.budget_s, goal=2.8, slower="sync"))
+    medians = {arm.name: median_time(times[arm.name], settings.budget_s) for arm in compared}
+    for arm in compared:
+        middle, bound = medians[arm.name]
+        print(f"median time to target, {labels[arm.name]}: {'>= ' if bound else ''}{middle:.0f} s")
+    for arm in args.arm:
+        print(sooner_line(times[arm.name], times["async"], labels[arm.name], labels["async"], settings.budget_s))
+    if ours_only:
+        print(comparison(times["sync"], times["async"], labels["async"], settings.budget_s, goal=2.8, slower="sync"))
         latency_ms = f"{settings.latency_s * 1000:.0f} ms"
         print(f"time to target, sync / async at {latency_ms}: {ratio_shown(medians['sync'], medians['async'])}")
         return
     for ours in ("sync", "async"):
-        print(comparison(times["trl"], times[ours], LABELS[ours], settings.budget_s))
+        print(comparison(times["trl"], times[ours], labels[ours], settings.budget_s))
     print(f"time to target, TRL / lit_asyncrl (async): {ratio_shown(medians['trl'], medians['async'])}")
+
+
+def prepare(task: str, settings: BenchSettings, out: Path) -> dict[str, Path]:
+    """The task's files: the start model both sides train from (made once) and, for sums, the dataset."""
+    paths = {"data": out / "sums.jsonl", "start": out / ("desk_start" if task == "desk" else "start")}
+    write_sums(paths["data"])
+    if not (paths["start"] / "config.json").exists():
+        if task == "desk":
+            write_desk_start_model(paths["start"], settings.start_steps)
+        else:
+            write_start_model(paths["data"], paths["start"], settings.start_steps)
+    return paths
 
 
 def throughput(seeds: int, steps: int, out: Path) -> None:
@@ -267,6 +339,17 @@ def comparison(
         f"{slower} against {label}: which reaches the target sooner, p = {sooner:.3f}; "
         f"goal ({label} at least {goal:g}x sooner): p = {goal_p:.3f}, {verdict}"
     )
+
+
+def sooner_line(first: list[float | None], second: list[float | None], label: str, other: str, budget_s: float) -> str:
+    """Which of two settings reaches the target sooner, by the exact two-sided Mann-Whitney U test (a
+    run that missed the target ranks after every run that reached it)."""
+    from scipy import stats
+
+    ranked = [[budget_s * 10 if t is None else t for t in times] for times in (first, second)]
+    p = stats.mannwhitneyu(*ranked, alternative="two-sided", method="exact").pvalue
+    verdict = f"not separable with {len(first)} and {len(second)} seeds" if p >= ALPHA else "separated"
+    return f"{label} against {other}: which reaches the target sooner, p = {p:.3f}, {verdict}"
 
 
 def ratio_shown(trl: tuple[float, bool], ours: tuple[float, bool]) -> str:

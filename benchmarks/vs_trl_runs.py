@@ -172,16 +172,16 @@ def lit_overrides(settings: BenchSettings, mode: str, seed: int, data: Path, sta
         f"rollout.temperature={settings.temperature}",
         "rollout.kv_cache_gib=0.25",
         "trainer.max_steps=1000000",
-        *QUIET_TRAINER,
     ]
 
 
-def run_lit(settings: BenchSettings, mode: str, seed: int, data: Path, start: Path, out: Path) -> dict:
+def run_lit(settings: BenchSettings, overrides: list[str], seed: int, out: Path) -> dict:
+    """A run of this library with `overrides`, trained for the budget and saved at the marks."""
     import lightning as L
 
     process_started = time.perf_counter()
     clock = MarkClock(settings, out)
-    overrides = [*lit_overrides(settings, mode, seed, data, start), f"trainer.default_root_dir={out / 'lit'}"]
+    overrides = [*overrides, *QUIET_TRAINER, f"trainer.default_root_dir={out / 'lit'}"]
 
     class Marks(L.Callback):
         trained_tokens = 0.0
@@ -247,20 +247,37 @@ def generated_tokens(trainer) -> float:
 
 
 def evaluate(settings: BenchSettings, data: Path, start: Path, folders: list[Path]) -> dict[str, list[float]]:
-    """The held-out success rate of every saved mark in `folders` (`mark_*.safetensors`), on one engine that
-    takes each mark's weights in turn: this library's evaluator, the same for both libraries."""
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
+    """The held-out success rate of every saved mark of a sums run: every held-out problem."""
     from lit_asyncrl.envs import DatasetEnv
-    from lit_asyncrl.rollout.serving.instances import held_out_instances
-    from lit_asyncrl.rollout.serving.vllm_service import VLLMRolloutService
     from lit_asyncrl.rollout.settings import RolloutConfig
 
     env = DatasetEnv(str(data), split_key="split", max_turn_tokens=settings.max_completion_tokens, turn_stop=ANSWER_END)
     rollout = RolloutConfig.from_keys(temperature=settings.temperature, kv_cache_gib=0.25, max_model_len=64)
+    return evaluate_marks(env, rollout, len(read_rows(data, "test")), start, folders)
+
+
+def evaluate_desk(settings: BenchSettings, start: Path, folders: list[Path]) -> dict[str, list[float]]:
+    """The held-out success rate of every saved mark of a desk run, on `EVAL_INSTANCES` held-out requests."""
+    from desk_task import EVAL_INSTANCES, desk_evaluation_env
+
+    from lit_asyncrl.rollout.settings import RolloutConfig
+
+    rollout = RolloutConfig.from_keys(temperature=settings.temperature, kv_cache_gib=0.25)
+    return evaluate_marks(desk_evaluation_env(), rollout, EVAL_INSTANCES, start, folders)
+
+
+def evaluate_marks(env, rollout, count: int, start: Path, folders: list[Path]) -> dict[str, list[float]]:
+    """The held-out success rate of the start model and of every saved mark in `folders`
+    (`mark_*.safetensors`) on `count` held-out instances of `env`, on one engine that takes each mark's
+    weights in turn: this library's evaluator, the same for every library and mode."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.rollout.serving.instances import held_out_instances
+    from lit_asyncrl.rollout.serving.vllm_service import VLLMRolloutService
+
     service = VLLMRolloutService(start, env, rollout, seed=0)
-    instances = held_out_instances(env, len(read_rows(data, "test")))
+    instances = held_out_instances(env, count)
     start_weights = AutoModelForCausalLM.from_pretrained(start).state_dict()
     service.start(start_weights, version=0, train=False)
     results: dict[str, list[float]] = {}
@@ -293,20 +310,32 @@ def main() -> None:
     parser.add_argument("--start", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--folders", type=Path, nargs="*", default=[])
+    parser.add_argument("--task", choices=["sums", "desk"], default="sums")
+    parser.add_argument("--extra", default="[]", help="more Hydra overrides of this library's run (a JSON list)")
     args = parser.parse_args()
     settings = BenchSettings.from_json(args.settings)
     # The same torch thread count for both libraries: one per core.
     torch.set_num_threads(os.cpu_count() or 1)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.what == "evaluate":
-        (args.out / "evaluation.json").write_text(json.dumps(evaluate(settings, args.data, args.start, args.folders)))
+        if args.task == "desk":
+            rates = evaluate_desk(settings, args.start, args.folders)
+        else:
+            rates = evaluate(settings, args.data, args.start, args.folders)
+        (args.out / "evaluation.json").write_text(json.dumps(rates))
         return
     if args.what == "trl-generate":
         result = trl_generation_speed(settings, args.data, args.start)
     elif args.what == "trl":
         result = run_trl(settings, args.seed, args.data, args.start, args.out)
     else:
-        result = run_lit(settings, args.what, args.seed, args.data, args.start, args.out)
+        if args.task == "desk":
+            from desk_task import desk_overrides
+
+            overrides = desk_overrides(settings, args.what, args.seed, args.start)
+        else:
+            overrides = lit_overrides(settings, args.what, args.seed, args.data, args.start)
+        result = run_lit(settings, [*overrides, *json.loads(args.extra)], args.seed, args.out)
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
 
 
