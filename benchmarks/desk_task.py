@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vs_trl_setup import BenchSettings
-
+#: This library's Hydra overrides of a desk run (beside `vs_trl_setup.shared_overrides`).
+DESK_OVERRIDES = ("env=service_desk",)
 #: Held-out instances the evaluator plays at each mark (each `EVAL_SAMPLES` times).
 EVAL_INSTANCES = 200
 
@@ -33,24 +33,6 @@ def write_desk_start_model(out: Path, steps: int, seed: int = 0) -> None:
     WarmStart(steps=steps, seed=seed).run(model, ServiceDeskEnv(), tokenizer, enable_progress_bar=False)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-
-
-def desk_overrides(settings: BenchSettings, mode: str, seed: int, start: Path) -> list[str]:
-    """This library's Hydra overrides of a desk run from `start` (no warm start: `start` had it)."""
-    return [
-        f"seed={seed}",
-        f"model.path={start}",
-        "model.warm_start_steps=0",
-        f"model.lr={settings.learning_rate}",
-        "env=service_desk",
-        f"env.latency_s={settings.latency_s}",
-        f"rollout.mode={mode}",
-        f"rollout.group_size={settings.samples_per_prompt}",
-        f"rollout.groups_per_batch={settings.prompts_per_step}",
-        f"rollout.temperature={settings.temperature}",
-        "rollout.kv_cache_gib=0.25",
-        "trainer.max_steps=1000000",
-    ]
 
 
 def desk_evaluation_env():

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from vs_trl_setup import ANSWER_END, PROMPT_START, BenchSettings, MarkClock, read_rows
+from vs_trl_setup import ANSWER_END, PROMPT_START, BenchSettings, MarkClock, read_rows, shared_overrides
 
 #: GRPOConfig's settings that match this library's (no top-k, constant AdamW learning rate without weight
 #: decay, no KL term, token-mean loss, group-normalised advantages, one update per generation) and quiet it.
@@ -153,35 +153,30 @@ QUIET_TRAINER = (
 )
 
 
-def lit_overrides(settings: BenchSettings, mode: str, seed: int, data: Path, start: Path) -> list[str]:
-    """This library's Hydra overrides for the benchmark's settings (the rest are its defaults)."""
+def lit_overrides(settings: BenchSettings, data: Path) -> list[str]:
+    """This library's Hydra overrides of the sums task (the run's own: `shared_overrides`)."""
     return [
-        f"seed={seed}",
-        f"model.path={start}",
-        "model.warm_start_steps=0",
-        f"model.lr={settings.learning_rate}",
         "env=dataset",
         f"env.path={data}",
         "env.split_key=split",
         f"env.max_turn_tokens={settings.max_completion_tokens}",
         f"env.turn_stop='{ANSWER_END}'",
-        f"env.latency_s={settings.latency_s}",
-        f"rollout.mode={mode}",
-        f"rollout.group_size={settings.samples_per_prompt}",
-        f"rollout.groups_per_batch={settings.prompts_per_step}",
-        f"rollout.temperature={settings.temperature}",
-        "rollout.kv_cache_gib=0.25",
-        "trainer.max_steps=1000000",
     ]
 
 
-def run_lit(settings: BenchSettings, overrides: list[str], seed: int, out: Path) -> dict:
-    """A run of this library with `overrides`, trained for the budget and saved at the marks."""
+def run_lit(settings: BenchSettings, mode: str, seed: int, start: Path, overrides: list[str], out: Path) -> dict:
+    """A run of this library in `mode` from `start` with the task's `overrides`, trained for the budget
+    and saved at the marks."""
     import lightning as L
 
     process_started = time.perf_counter()
     clock = MarkClock(settings, out)
-    overrides = [*overrides, *QUIET_TRAINER, f"trainer.default_root_dir={out / 'lit'}"]
+    overrides = [
+        *shared_overrides(settings, mode, seed, start),
+        *overrides,
+        *QUIET_TRAINER,
+        f"trainer.default_root_dir={out / 'lit'}",
+    ]
 
     class Marks(L.Callback):
         trained_tokens = 0.0
@@ -330,12 +325,12 @@ def main() -> None:
         result = run_trl(settings, args.seed, args.data, args.start, args.out)
     else:
         if args.task == "desk":
-            from desk_task import desk_overrides
+            from desk_task import DESK_OVERRIDES
 
-            overrides = desk_overrides(settings, args.what, args.seed, args.start)
+            overrides = list(DESK_OVERRIDES)
         else:
-            overrides = lit_overrides(settings, args.what, args.seed, args.data, args.start)
-        result = run_lit(settings, [*overrides, *json.loads(args.extra)], args.seed, args.out)
+            overrides = lit_overrides(settings, args.data)
+        result = run_lit(settings, args.what, args.seed, args.start, [*overrides, *json.loads(args.extra)], args.out)
     (args.out / "result.json").write_text(json.dumps(result, indent=1))
 
 

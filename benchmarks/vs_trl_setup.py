@@ -56,6 +56,24 @@ class BenchSettings:
         return cls(**json.loads(text))
 
 
+def shared_overrides(settings: BenchSettings, mode: str, seed: int, start: Path) -> list[str]:
+    """This library's Hydra overrides of a run in `mode` (sync or async) from the start model `start` (no
+    warm start: it had one), whatever the task: the learning rate, sampling, batch, and environment latency."""
+    return [
+        f"seed={seed}",
+        f"model.path={start}",
+        "model.warm_start_steps=0",
+        f"model.lr={settings.learning_rate}",
+        f"env.latency_s={settings.latency_s}",
+        f"rollout.mode={mode}",
+        f"rollout.group_size={settings.samples_per_prompt}",
+        f"rollout.groups_per_batch={settings.prompts_per_step}",
+        f"rollout.temperature={settings.temperature}",
+        "rollout.kv_cache_gib=0.25",
+        "trainer.max_steps=1000000",
+    ]
+
+
 def is_held_out(prompt: str) -> bool:
     return zlib.crc32(prompt.encode()) % 10 == 0
 
