@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 #: The models the project builds or converts itself (`models/resolve.py`): no folder to look for.
-NAMED_MODELS = (None, "", "tiny", "smollm2_135m")
+NAMED_MODELS = (None, "", "tiny", "tiny_moe", "smollm2_135m")
 # "owner/name" as the Hugging Face hub spells repository ids: one slash, no leading "/", "." or "~".
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -28,5 +28,6 @@ def check_model_path(path: str | None) -> None:
     raise ValueError(
         f"model.path={path!r} is not a local Hugging Face model folder (no config.json there); "
         "set model.path (Lightning CLI: --model.model_path) to such a folder, to a hub id owner/name "
-        "(downloaded when online), to smollm2_135m, or to null for the built-in tiny policy"
+        "(downloaded when online), to smollm2_135m, to tiny_moe for the built-in mixture-of-experts policy, "
+        "or to null for the built-in tiny policy"
     )

@@ -48,10 +48,17 @@ def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: 
     if (target / "config.json").exists():
         return target
     tokenizer = build_char_tokenizer()
-    hf_config = Qwen3Config(
+    hf_config = Qwen3Config(intermediate_size=config.intermediate_size, **shared_architecture(config, tokenizer))
+    torch.manual_seed(config.seed)
+    model = Qwen3ForCausalLM(hf_config)
+    return save_model_folder(model, tokenizer, target)
+
+
+def shared_architecture(config: TinyPolicyConfig, tokenizer) -> dict:
+    """The Hugging Face config arguments the tiny policies share (dense and mixture of experts)."""
+    return dict(
         vocab_size=len(VOCAB),
         hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
         num_hidden_layers=config.num_layers,
         num_attention_heads=config.num_heads,
         num_key_value_heads=config.num_kv_heads,
@@ -63,6 +70,3 @@ def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: 
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
-    torch.manual_seed(config.seed)
-    model = Qwen3ForCausalLM(hf_config)
-    return save_model_folder(model, tokenizer, target)

@@ -1,0 +1,75 @@
+"""The built-in tiny mixture-of-experts policy (`model=tiny_moe`): its folder, its shapes and its routing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lit_asyncrl.model_path import check_model_path
+from lit_asyncrl.models import TinyMoEConfig, build_tiny_moe
+
+
+@pytest.fixture(scope="module")
+def moe_folder(tmp_path_factory):
+    return build_tiny_moe(cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+def test_the_folder_is_a_qwen3_moe_with_every_layer_routed_top_2_of_8(moe_folder):
+    config = json.loads((moe_folder / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert (config["num_local_experts"], config["num_experts_per_tok"], config["moe_intermediate_size"]) == (8, 2, 64)
+    assert (config["decoder_sparse_step"], config["mlp_only_layers"], config["norm_topk_prob"]) == (1, [], True)
+    assert config["output_router_logits"] is False and config["dtype"] == "float32"
+    assert (moe_folder / "tokenizer.json").is_file()
+
+
+def test_it_has_the_parameter_count_of_its_shapes(moe_folder):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(moe_folder)
+    # Per layer: q 128x128 + k 64x128 + v 64x128 + o 128x128 = 49,152; q/k norms 2 x 64; experts' gate
+    # and up 8 x 128 x 128 = 131,072 and down 8 x 128 x 64 = 65,536; the router 8 x 128 = 1,024; two
+    # layer norms 2 x 128: 247,168. Two layers, the embedding 100 x 128 (tied to the head) and the
+    # final norm 128: 494,336 + 12,800 + 128 = 507,264.
+    assert sum(parameter.numel() for parameter in model.parameters()) == 507_264
+
+
+def test_the_folder_is_keyed_by_the_config_and_built_once(moe_folder, tmp_path):
+    again = build_tiny_moe(cache_dir=moe_folder.parent)
+    assert again == moe_folder
+    other = build_tiny_moe(TinyMoEConfig(num_experts=4), cache_dir=moe_folder.parent)
+    assert other != moe_folder and json.loads((other / "config.json").read_text())["num_local_experts"] == 4
+
+
+def test_each_token_is_computed_by_its_two_highest_scoring_experts(moe_folder):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(moe_folder)
+    block = model.model.layers[0].mlp
+    torch.manual_seed(1)
+    hidden = torch.randn(1, 5, 128)
+    with torch.no_grad():
+        output = block(hidden)
+        output = output[0] if isinstance(output, tuple) else output
+        # By hand: softmax over the router's 8 logits, the 2 largest renormalised to sum to 1, and
+        # each chosen expert's SwiGLU (down(silu(gate x) * up x)) weighted by its share.
+        probabilities = torch.softmax(hidden[0] @ block.gate.weight.T, dim=-1)
+        weights, chosen = probabilities.topk(2, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        expected = torch.zeros(5, 128)
+        for token in range(5):
+            for weight, expert in zip(weights[token], chosen[token]):
+                gate, up = (block.experts.gate_up_proj[expert] @ hidden[0, token]).chunk(2)
+                expected[token] += weight * (block.experts.down_proj[expert] @ (torch.nn.functional.silu(gate) * up))
+    assert torch.allclose(output[0], expected, atol=1e-6)
+
+
+def test_model_tiny_moe_selects_it_and_a_wrong_path_names_it_among_the_choices(tmp_path):
+    from tests.support.configs import compose_train
+
+    assert compose_train(["model=tiny_moe", f"hydra.run.dir={tmp_path}"]).model.path == "tiny_moe"
+    check_model_path("tiny_moe")  # a built-in name: no folder is looked for
+    with pytest.raises(ValueError, match="to tiny_moe for the built-in mixture-of-experts policy"):
+        check_model_path(str(tmp_path / "no_model_here"))
