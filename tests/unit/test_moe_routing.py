@@ -1,0 +1,115 @@
+"""Routing of the tiny MoE policy: read from a forward, replayed in another (the trainer half of R3)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from lit_asyncrl.models import build_tiny_moe
+from lit_asyncrl.models.moe_routing import recorded_routing, replayed_routing, routing_disagreement, topk_routers
+
+TOKENS = torch.tensor([[1, 5, 9, 14, 20, 33, 41, 2, 7, 11, 60, 71]])
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    folder = build_tiny_moe(cache_dir=tmp_path_factory.mktemp("cache"))
+    return AutoModelForCausalLM.from_pretrained(folder).eval()
+
+
+@pytest.fixture(scope="module")
+def perturbed(policy):
+    """The policy with its routers moved (a stand-in for another forward's numerics): other top-2s."""
+    other = copy.deepcopy(policy)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for router in topk_routers(other):
+            router.weight.add_(0.05 * torch.randn_like(router.weight))
+    return other
+
+
+def routing_of(model) -> list[torch.Tensor]:
+    with torch.no_grad(), recorded_routing(model) as routing:
+        model(TOKENS)
+    return [choice.clone() for choice in routing]
+
+
+def test_the_recorded_routing_is_each_routers_top_2_of_its_softmax(policy):
+    inputs = []
+    handle = topk_routers(policy)[1].register_forward_hook(lambda module, args, output: inputs.append(args[0]))
+    try:
+        routing = routing_of(policy)
+    finally:
+        handle.remove()
+    assert len(routing) == 2 and routing[0].shape == routing[1].shape == (12, 2)
+    expected = torch.softmax(inputs[0] @ topk_routers(policy)[1].weight.T, dim=-1).topk(2, dim=-1).indices
+    assert torch.equal(routing[1], expected)
+
+
+def test_the_disagreement_counts_tokens_whose_set_of_experts_differs():
+    first = [torch.tensor([[0, 1], [2, 3]]), torch.tensor([[4, 5], [6, 7]])]
+    second = [torch.tensor([[1, 0], [2, 4]]), torch.tensor([[4, 5], [7, 6]])]
+    # Layer 0: token 0 the same set in another order, token 1 differs; layer 1: both the same.
+    assert routing_disagreement(first, second) == 0.25
+    assert routing_disagreement(first, first) == 0.0
+
+
+def test_replaying_another_forwards_routing_computes_each_token_with_those_experts(policy, perturbed):
+    own, given = routing_of(policy), routing_of(perturbed)
+    assert 0 < routing_disagreement(own, given) < 1  # the perturbation flipped some choices, not all
+    block = policy.model.layers[0].mlp
+    captured = {}
+    hooks = [
+        block.register_forward_hook(lambda module, args, output: captured.update(hidden=args[0], output=output)),
+    ]
+    try:
+        with torch.no_grad(), replayed_routing(policy, given), recorded_routing(policy) as replayed:
+            policy(TOKENS)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    # The experts used are the given ones, on every token of every layer.
+    assert all(torch.equal(used, choice) for used, choice in zip(replayed, given))
+    # Layer 0's output by hand: the given experts' SwiGLU outputs, weighted by this policy's router
+    # probabilities of them renormalised to sum to 1.
+    hidden = captured["hidden"].reshape(-1, 128)
+    probabilities = torch.softmax(hidden @ block.gate.weight.T, dim=-1)
+    expected = torch.zeros_like(hidden)
+    for token in range(hidden.shape[0]):
+        weights = probabilities[token, given[0][token]]
+        weights = weights / weights.sum()
+        for weight, expert in zip(weights, given[0][token]):
+            gate, up = (block.experts.gate_up_proj[expert] @ hidden[token]).chunk(2)
+            expected[token] += weight * (block.experts.down_proj[expert] @ (torch.nn.functional.silu(gate) * up))
+    assert torch.allclose(captured["output"].reshape(-1, 128), expected, atol=1e-6)
+
+
+def test_replaying_the_policys_own_routing_changes_nothing(policy):
+    with torch.no_grad():
+        plain = policy(TOKENS).logits
+        with replayed_routing(policy, routing_of(policy)):
+            replayed = policy(TOKENS).logits
+    assert torch.equal(plain, replayed)
+
+
+def test_the_router_is_trained_through_the_replayed_experts(policy, perturbed):
+    trained = copy.deepcopy(policy).train()
+    with replayed_routing(trained, routing_of(perturbed)):
+        trained(TOKENS).logits.logsumexp(-1).sum().backward()
+    assert all(
+        router.weight.grad is not None and router.weight.grad.abs().sum() > 0 for router in topk_routers(trained)
+    )
+
+
+def test_a_routing_that_does_not_fit_the_model_is_refused(policy):
+    routing = routing_of(policy)
+    too_few = pytest.raises(ValueError, match="1 routings given for a model with 2 routers")
+    with too_few, replayed_routing(policy, routing[:1]):
+        pass
+    other_tokens = pytest.raises(ValueError, match=r"a routing of shape \(12, 2\) for a forward of 6 tokens")
+    with other_tokens, torch.no_grad(), replayed_routing(policy, routing):
+        policy(TOKENS[:, :6])
