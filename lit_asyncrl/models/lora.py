@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.models.checkpoint_names import checkpoint_named
 
 #: The projections of a Llama- or Qwen-style decoder layer: attention and MLP.
 ATTENTION_AND_MLP = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -157,13 +158,15 @@ def merged_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
             deltas = [module.get_delta_weight(adapter) for adapter in module.active_adapters]
             merged[f"{name}.weight"] = module.get_base_layer().weight + sum(deltas)
     # The adapter's own tensors and the wrapped layers' `base_layer` names are not the model's.
-    return {
+    model_own = {
         name: tensor.detach() for name, tensor in merged.items() if ".lora_" not in name and ".base_layer." not in name
     }
+    return checkpoint_named(base, model_own)
 
 
 def engine_weights(policy: torch.nn.Module, settings: LoRASettings) -> Mapping[str, torch.Tensor]:
-    """What a version sends to the engine: the adapter, the merged weights, or the whole state dict."""
+    """What a version sends to the engine: the adapter, the merged weights, or the whole state dict
+    (those two under the checkpoint's names and layout: `checkpoint_names.py`)."""
     if not is_adapted(policy):
-        return policy.state_dict()
+        return checkpoint_named(policy, policy.state_dict())
     return adapter_weights(policy) if settings.serves_adapters else merged_weights(policy)

@@ -73,3 +73,41 @@ def test_model_tiny_moe_selects_it_and_a_wrong_path_names_it_among_the_choices(t
     check_model_path("tiny_moe")  # a built-in name: no folder is looked for
     with pytest.raises(ValueError, match="to tiny_moe for the built-in mixture-of-experts policy"):
         check_model_path(str(tmp_path / "no_model_here"))
+
+
+def test_a_version_reaches_the_engine_as_the_checkpoint_holds_the_experts(moe_folder):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.models.lora import LoRASettings, add_adapter, engine_weights
+
+    on_disk = load_file(str(moe_folder / "model.safetensors"))
+    policy = AutoModelForCausalLM.from_pretrained(moe_folder)
+    pushed = engine_weights(policy, LoRASettings())
+    # One tensor per expert, as the folder (and vLLM's loader) has them; the tied head beside the
+    # embedding, which the push names once (`tied_once`).
+    assert set(pushed) == set(on_disk) | {"lm_head.weight"}
+    assert all(torch.equal(pushed[name], tensor) for name, tensor in on_disk.items())
+    fused = policy.model.layers[1].mlp.experts.gate_up_proj
+    assert torch.equal(pushed["model.layers.1.mlp.experts.5.up_proj.weight"], fused[5, 64:])
+    # With LoRA pushed merged: the attention's merged weights, the experts as on disk.
+    adapted = add_adapter(policy, LoRASettings(rank=8, target_modules=("q_proj", "v_proj"), push="merged"))
+    merged = engine_weights(adapted, LoRASettings(rank=8, target_modules=("q_proj", "v_proj"), push="merged"))
+    assert set(merged) == set(pushed)
+    assert torch.equal(
+        merged["model.layers.0.mlp.experts.2.down_proj.weight"],
+        on_disk["model.layers.0.mlp.experts.2.down_proj.weight"],
+    )
+
+
+def test_a_dense_policy_is_pushed_as_it_holds_its_tensors():
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.models import resolve_model_path
+    from lit_asyncrl.models.lora import LoRASettings, engine_weights
+
+    policy = AutoModelForCausalLM.from_pretrained(resolve_model_path(None))
+    state = policy.state_dict()
+    pushed = engine_weights(policy, LoRASettings())
+    assert sorted(pushed) == sorted(state)
+    assert all(pushed[name].data_ptr() == tensor.data_ptr() for name, tensor in state.items())
