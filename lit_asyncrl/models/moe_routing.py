@@ -16,9 +16,22 @@ per router, in layer order, of shape (tokens, top_k): the tokens of the forward'
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import torch
+
+
+def has_routed_experts(model_path: str | Path) -> bool:
+    """Whether the model folder at `model_path` is a mixture of experts (its config names experts); False
+    for a hub id or anything else that is not a local folder."""
+    config = Path(model_path) / "config.json"
+    if not config.is_file():
+        return False
+    settings = json.loads(config.read_text())
+    settings = settings.get("text_config", settings)  # a multimodal model's language model
+    return any(settings.get(key) for key in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
 def topk_routers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -111,3 +111,26 @@ def test_a_dense_policy_is_pushed_as_it_holds_its_tensors():
     pushed = engine_weights(policy, LoRASettings())
     assert sorted(pushed) == sorted(state)
     assert all(pushed[name].data_ptr() == tensor.data_ptr() for name, tensor in state.items())
+
+
+@pytest.mark.parametrize("moe", [True, False], ids=["moe", "dense"])
+def test_a_model_takes_a_version_back_from_the_checkpoints_names(moe, moe_folder):
+    from transformers import AutoModelForCausalLM
+
+    from lit_asyncrl.models import resolve_model_path
+    from lit_asyncrl.models.checkpoint_names import CheckpointLayout
+    from lit_asyncrl.models.lora import LoRASettings, engine_weights
+
+    folder = moe_folder if moe else resolve_model_path(None)
+    worker, trainer = (AutoModelForCausalLM.from_pretrained(folder) for _ in range(2))
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for parameter in trainer.parameters():
+            parameter.add_(torch.randn_like(parameter))
+    layout = CheckpointLayout(worker)
+    assert bool(layout.places) == moe  # only the experts are laid out otherwise on disk
+    layout.load(worker, engine_weights(trainer, LoRASettings()))
+    expected = trainer.state_dict()
+    assert all(torch.equal(tensor, expected[name]) for name, tensor in worker.state_dict().items())
+    with pytest.raises(ValueError, match="do not fit the model: missing"):
+        layout.load(worker, {"lm_head.weight": expected["lm_head.weight"]})

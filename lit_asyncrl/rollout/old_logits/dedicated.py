@@ -40,6 +40,7 @@ class DedicatedScorer:
     def __init__(self, model_path: str, num_threads: int, lora: LoRASettings = LoRASettings()) -> None:
         from transformers import AutoModelForCausalLM
 
+        from lit_asyncrl.models.checkpoint_names import CheckpointLayout
         from lit_asyncrl.models.lora import add_adapter
 
         torch.set_num_threads(num_threads)
@@ -48,6 +49,8 @@ class DedicatedScorer:
         if self.adapter:
             self.model = add_adapter(self.model, lora)
         self.model.eval()  # after the adapter: peft's new layers start in training mode
+        # Versions come as the engine takes them, under the checkpoint's names (`models/checkpoint_names.py`).
+        self.layout = None if self.adapter else CheckpointLayout(self.model)
         self.version: int | None = None
 
     def handle(self, message: tuple) -> tuple | None:
@@ -65,7 +68,7 @@ class DedicatedScorer:
                         f"{unexpected[:3]}"
                     )
             else:
-                self.model.load_state_dict(state_dict)
+                self.layout.load(self.model, state_dict)
             return None
         _, request_id, token_lists, position_lists, temperature, top_k, pad_id = message
         start = time.perf_counter()

@@ -38,7 +38,7 @@ from lit_asyncrl.rollout.serving.placement import placement_factories
 from lit_asyncrl.rollout.serving.startup_checks import check_context_holds_a_turn, check_tokenizer_fits_model
 from lit_asyncrl.rollout.serving.stats import rollout_stats
 from lit_asyncrl.rollout.settings import RolloutConfig
-from lit_asyncrl.rollout.weights.choice import check_changed_elements, select_weight_transfer, trainer_device_type
+from lit_asyncrl.rollout.weights.choice import check_changed_elements, route_for_policy, trainer_device_type
 from lit_asyncrl.rollout.weights.route import WeightPush, pushed_one_after_another
 from lit_asyncrl.text import pad_token_id
 
@@ -136,7 +136,7 @@ class VLLMRolloutService:
         """The engines' settings, their weight route chosen for this machine and `trainer_processes`."""
         engine = self.rollout.engine
         placement = self.rollout.scale_out.placement
-        route = select_weight_transfer(engine.weight_transfer, trainer_device_type(), placement, trainer_processes)
+        route = route_for_policy(engine.weight_transfer, placement, trainer_processes, self.model_path)
         check_changed_elements(engine.push_changed_elements, route)
         return dataclasses.replace(engine, weight_transfer=route)
 

@@ -4,7 +4,8 @@ route's name (`rollout.weight_transfer`).
 - `file`: a safetensors file in shared memory that vLLM reloads (`file_routes.py`);
 - `staged`: the same file, prepared inside the engine while it generates (`file_routes.py`, `staged.py`);
 - `gloo`, `nccl`, `ipc`: backends of vLLM's weight-transfer API (`transfer.py`);
-- `auto`: `file` on CPU; on GPUs `ipc` for one trainer process beside a local engine, else `nccl`.
+- `auto`: `file` on CPU (`staged` for a mixture of experts); on GPUs `ipc` for one trainer process beside a
+  local engine, else `nccl`.
 
 With LoRA adapters as versions (`model.lora.push=adapter`) each version is an adapter, whatever the
 route (`adapters.py`); an engine in a Ray actor is sent its tensors through Ray's object store on the
@@ -36,19 +37,29 @@ def trainer_device_type() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def select_weight_transfer(requested: str, device_type: str, placement: str, trainer_processes: int) -> str:
+def select_weight_transfer(
+    requested: str, device_type: str, placement: str, trainer_processes: int, routed_experts: bool = False
+) -> str:
     """The route for `rollout.weight_transfer=requested`, or a ValueError naming what to change.
 
     `device_type` is vLLM's platform ("cuda", "cpu", ...), `placement` is `rollout.placement`,
-    `trainer_processes` the trainer's world size (only rank 0 pushes weights; see `serving/distributed.py`).
+    `trainer_processes` the trainer's world size (only rank 0 pushes weights; see `serving/distributed.py`),
+    `routed_experts` whether the policy is a mixture of experts: on CPU only `staged` loads a new version of
+    its experts right (vLLM packs them for its CPU kernel at the first load only; `staged.py`).
     """
     if requested not in WEIGHT_TRANSFERS:
         raise ValueError(
             f"{config_key('rollout.weight_transfer')}={requested!r}: choose one of {', '.join(WEIGHT_TRANSFERS)}"
         )
+    if routed_experts and device_type == "cpu" and requested not in ("auto", "staged"):
+        raise ValueError(
+            f"{config_key('rollout.weight_transfer')}={requested} with a mixture-of-experts policy on CPU: vLLM packs "
+            "the experts for its CPU kernel at the first load only, and a new version loaded this way reaches them "
+            "unpacked (the engine's log-probs then miss the trainer's); use staged (auto picks it)"
+        )
     if requested == "auto":
         if device_type != "cuda":
-            return "file"
+            return "staged" if routed_experts and placement == "local" else "file"
         return "ipc" if placement == "local" and trainer_processes == 1 else "nccl"
     if requested == "staged" and (device_type != "cpu" or placement != "local"):
         raise ValueError(
@@ -75,6 +86,14 @@ def select_weight_transfer(requested: str, device_type: str, placement: str, tra
             "only rank 0 pushes weights here; use nccl"
         )
     return requested
+
+
+def route_for_policy(requested: str, placement: str, trainer_processes: int, model_path: str) -> str:
+    """`select_weight_transfer` on this machine for the policy at `model_path` (a mixture of experts or not)."""
+    from lit_asyncrl.models.moe_routing import has_routed_experts
+
+    routed_experts = has_routed_experts(model_path)
+    return select_weight_transfer(requested, trainer_device_type(), placement, trainer_processes, routed_experts)
 
 
 def check_changed_elements(push_changed_elements: bool, route: str) -> None:

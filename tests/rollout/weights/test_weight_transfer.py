@@ -233,3 +233,20 @@ def test_the_engine_client_is_a_vllm_weight_sync_client():
     client.update_weights({"names": ["a"]})
     client.finish_weight_update("3")
     assert calls == [("init", {"world_size": 2}), ("start",), ("update", {"names": ["a"]}), ("finish", "3")]
+
+
+@pytest.mark.parametrize(
+    ("requested", "device", "route"),
+    [("auto", "cpu", "staged"), ("staged", "cpu", "staged"), ("auto", "cuda", "ipc"), ("gloo", "cuda", "gloo")],
+)
+def test_a_mixture_of_experts_on_cpu_takes_the_staged_route(requested, device, route):
+    assert select_weight_transfer(requested, device, "local", 1, routed_experts=True) == route
+
+
+@pytest.mark.parametrize("requested", ["file", "gloo"])
+def test_a_route_that_leaves_cpu_experts_unpacked_is_refused_for_a_mixture_of_experts(requested):
+    with pytest.raises(
+        ValueError, match=rf"rollout.weight_transfer={requested} with a mixture-of-experts policy on CPU"
+    ):
+        select_weight_transfer(requested, "cpu", "local", 1, routed_experts=True)
+    assert select_weight_transfer(requested, "cpu", "local", 1, routed_experts=False) == requested
