@@ -1,8 +1,6 @@
 """The real engine: per-token versions across an in-place weight update, and mu against the trainer."""
 
-import asyncio
 import os
-import threading
 
 import pytest
 import torch
@@ -12,11 +10,16 @@ from lit_asyncrl.models import TinyPolicyConfig, build_tiny_policy, resolve_mode
 from lit_asyncrl.models.lora import LoRASettings, adapter_weights, merged_weights
 from lit_asyncrl.rollout.engine.settings import EngineSettings, engine_core_environment, vllm_config
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
-from lit_asyncrl.scoring import token_logprobs
 from tests.integration.engine_contract import check_engine_contract
 from tests.support.lora import adapted
 from tests.support.runs import SMALL_KV_CACHE_GIB
 from tests.support.small_engines import started_engine
+from tests.support.version_turns import (
+    check_each_token_matches_its_version,
+    moved_policy,
+    trainer_logprobs,
+    turn_across_an_update,
+)
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
 pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("test_engine_versions")]
@@ -46,55 +49,14 @@ def head_engine(head_model_path, weight_transfer):
     engine.shutdown()
 
 
-def trainer_logprobs(model, prompt, turn, temperature):
-    ids = torch.tensor([prompt + turn.token_ids])
-    with torch.no_grad():
-        return token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(prompt) :]
-
-
 def test_one_turn_spans_an_update_and_each_token_matches_its_own_version(head_engine, head_model_path):
     """The weight push, by either route, sends what vLLM's loader expects for a tied and an untied
     head: a head left stale would make the new version's tokens miss the trainer's log-probs."""
-    engine, tiny_model_path = head_engine, head_model_path
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
-    old_version = engine.version
-    engine.push_weights(model.state_dict(), version=old_version)  # engine serves exactly `model`
+    model = AutoModelForCausalLM.from_pretrained(head_model_path, dtype=torch.float32)
+    new_model = moved_policy(head_model_path)
     prompt, temperature = [1], 0.8
-    streamed, enough_old_tokens = [0], threading.Event()
-
-    def on_tokens(ids, logprobs):  # the swap waits for this event, not for a guessed delay
-        streamed[0] += len(ids)
-        if streamed[0] >= 20:
-            enough_old_tokens.set()
-
-    pending = asyncio.run_coroutine_threadsafe(
-        engine.generate(prompt, max_tokens=200, temperature=temperature, ignore_eos=True, on_tokens=on_tokens),
-        engine.loop,
-    )
-    assert enough_old_tokens.wait(60)  # 20 tokens sampled by the old weights
-    new_model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for parameter in new_model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.05)
-    engine.push_weights(new_model.state_dict(), version=old_version + 1)
-    turn = pending.result(timeout=120)
-
-    versions = torch.tensor(turn.versions)
-    cut = int((versions == old_version).sum())
-    # One contiguous switch: tokens [0, cut) from v, [cut, end) from v+1, both non-empty.
-    assert 0 < cut < len(versions)
-    assert versions[:cut].eq(old_version).all() and versions[cut:].eq(old_version + 1).all()
-
-    mu = torch.tensor(turn.logprobs)
-    old_pi = trainer_logprobs(model, prompt, turn, temperature)
-    new_pi = trainer_logprobs(new_model, prompt, turn, temperature)
-    # Each token matches the version it is tagged with (fp32 engine) ...
-    assert (old_pi[:cut] - mu[:cut]).abs().max() < 1e-4
-    assert (new_pi[cut:] - mu[cut:]).abs().max() < 1e-4
-    # ... and not the other one, so a tag one token off would fail the assertions above.
-    assert (old_pi[cut:] - mu[cut:]).abs().max() > 1e-2
-    assert (new_pi[:cut] - mu[:cut]).abs().max() > 1e-2
+    turn, cut = turn_across_an_update(head_engine, model.state_dict(), new_model.state_dict(), prompt, temperature)
+    check_each_token_matches_its_version(turn, cut, model, new_model, prompt, temperature)
 
 
 def _descendants(pid: int) -> list[int]:

@@ -1,4 +1,5 @@
-"""Exact pi_old routes on one partial episode that spans three weight versions (real engine)."""
+"""Exact pi_old routes on one partial episode that spans three weight versions (real engine), on the
+tiny policy and on the tiny mixture-of-experts policy."""
 
 import asyncio
 import threading
@@ -59,16 +60,36 @@ def interrupt_and_score(engine, trajectory, model, version):
     return engine.run(write_back())
 
 
-def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path):
-    models = [AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)]
+@pytest.fixture(params=["tiny", "tiny_moe"])
+def routes_engine(request):
+    """(engine, model path): the module's engine on the tiny policy, or one on the tiny MoE policy
+    (the staged route, the one an MoE takes on CPU)."""
+    if request.param == "tiny":
+        yield request.getfixturevalue("engine"), request.getfixturevalue("tiny_model_path")
+        return
+    from lit_asyncrl.models import resolve_model_path
+    from tests.support.small_engines import started_engine
+
+    path = resolve_model_path("tiny_moe")
+    engine = started_engine(path, weight_transfer="staged")
+    yield engine, path
+    engine.shutdown()
+
+
+def test_three_routes_agree_with_each_tokens_own_version(routes_engine):
+    from lit_asyncrl.models.lora import LoRASettings, engine_weights
+
+    engine, model_path = routes_engine
+    models = [AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)]
     models += [perturbed(models[0], seed) for seed in (1, 2)]
+    versions_sent = [engine_weights(model, LoRASettings()) for model in models]  # as a run sends them
     base = engine.version
     snapshots = SnapshotRetention(max_staleness=3)
     snapshots.save_version(base, models[0])
-    engine.push_weights(models[0].state_dict(), version=base)
-    dedicated = DedicatedWorker(tiny_model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0)
+    engine.push_weights(versions_sent[0], version=base)
+    dedicated = DedicatedWorker(model_path, sampling=SamplingSettings(temperature=TEMPERATURE, top_k=-1), pad_id=0)
     dedicated.start(engine.loop)
-    dedicated.send_weights(models[0].state_dict(), base)
+    dedicated.send_weights(versions_sent[0], base)
 
     # The same streamed tokens feed two records: one per route that attaches pi_old to tokens.
     trajectory, dedicated_trajectory = Trajectory(group_id=0), Trajectory(group_id=0)
@@ -101,9 +122,9 @@ def test_three_routes_agree_with_each_tokens_own_version(engine, tiny_model_path
             dedicated.submit([dedicated_trajectory])
 
         engine.run(submit())
-        dedicated.send_weights(models[step].state_dict(), base + step)
+        dedicated.send_weights(versions_sent[step], base + step)
         snapshots.save_version(base + step, models[step])
-        engine.push_weights(models[step].state_dict(), version=base + step)  # also resumes
+        engine.push_weights(versions_sent[step], version=base + step)  # also resumes
     turn = pending.result(timeout=300)
     for record in (trajectory, dedicated_trajectory):
         assert record.set_versions(1, turn.versions) == 0  # no token was scored under a wrong version
