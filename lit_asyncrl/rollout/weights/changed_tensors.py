@@ -14,7 +14,8 @@ A changed projection travels with the projections vLLM fuses it with (`qkv_proj`
 `gate_up_proj` = gate, up: the `packed_modules_mapping` of vLLM's Llama-family models): a reload that
 brings only some parts of a fused layer processes it with the others uninitialised
 (`finalize_layerwise_processing` in vllm/model_executor/model_loader/reload/layerwise.py). A LoRA
-adapter on `q_proj` and `v_proj` only, pushed merged, changes two of the three.
+adapter on `q_proj` and `v_proj` only, pushed merged, changes two of the three. A mixture of experts'
+layer travels with all its experts (vLLM packs their gate, up and down projections into two tensors).
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def _fused_layer(name: str) -> tuple[str, int, str] | None:
     parts = name.split(".")
     if len(parts) < 3:
         return None
+    if len(parts) >= 5 and parts[-4] == "experts" and parts[-3].isdigit():
+        # An MoE layer's experts (`...mlp.experts.3.down_proj.weight`): vLLM loads them as two packed tensors.
+        return (".".join(parts[:-3]), len(FUSED_PROJECTIONS), parts[-1])
     for family, members in enumerate(FUSED_PROJECTIONS):
         if parts[-2] in members:
             return (".".join(parts[:-2]), family, parts[-1])

