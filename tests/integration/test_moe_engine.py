@@ -35,3 +35,76 @@ def test_a_turn_across_an_update_matches_each_tokens_own_version():
     check_each_token_matches_its_version(turn, cut, model, new_model, prompt, temperature)
     # The update moved the routers too: some tokens go to other experts under the new version.
     assert routing_disagreement(routing(model, prompt, turn), routing(new_model, prompt, turn)) > 0
+
+
+def engine_turns(dtype: str, prompts: list[list[int]], tokens: int):
+    """Turns of a fresh tiny-MoE engine that records its routing, one per prompt, and the fp32 trainer."""
+    import asyncio
+
+    from lit_asyncrl.rollout.engine.settings import EngineSettings
+    from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
+    from tests.support.runs import SMALL_KV_CACHE_GIB
+
+    path = resolve_model_path("tiny_moe")
+    settings = EngineSettings(dtype=dtype, max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB, capture_routing=True)
+    engine = VLLMEngine(path, settings)
+    engine.start()
+    try:
+
+        async def sample():
+            return await asyncio.gather(
+                *(engine.generate(prompt, max_tokens=tokens, temperature=1.0, ignore_eos=True) for prompt in prompts)
+            )
+
+        turns = engine.run(sample(), timeout_s=120)
+    finally:
+        engine.shutdown()
+    return turns, AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def test_the_engine_records_the_experts_each_position_went_to():
+    prompts = [[1, 17, 23, 5], [1, 40, 2]]  # two requests in one batch: the recorder splits the batch's rows
+    turns, model = engine_turns("float32", prompts, tokens=48)
+    for prompt, turn in zip(prompts, turns):
+        recorded = torch.as_tensor(turn.routed_experts).long()
+        # Every position the engine computed: the prompt and each sampled token but the last (never an input).
+        assert recorded.shape == (len(prompt) + len(turn.token_ids) - 1, 2, 2)
+        for layer, chosen in enumerate(routing(model, prompt, turn)):
+            engine_sets = recorded[:, layer].sort(dim=-1).values
+            assert torch.equal(engine_sets, chosen[: recorded.shape[0]].sort(dim=-1).values)
+
+
+def test_replaying_a_bf16_engines_routing_brings_its_flipped_tokens_to_the_others_discrepancy():
+    from lit_asyncrl.models.moe_routing import replayed_routing
+    from tests.support.version_turns import trainer_logprobs
+
+    prompts = [[1, 3 + index] for index in range(8)]
+    turns, model = engine_turns("bfloat16", prompts, tokens=200)
+    without, replayed, flipped = [], [], []
+    for prompt, turn in zip(prompts, turns):
+        recorded = torch.as_tensor(turn.routed_experts).long()
+        own = routing(model, prompt, turn)
+        computed = recorded.shape[0]
+        # The last position is never an input: the trainer's own routing stands in there.
+        given = [torch.cat([recorded[:, layer], own[layer][computed:]]) for layer in range(len(own))]
+        differs = torch.stack(
+            [
+                (recorded[:, layer].sort(-1).values != own[layer][:computed].sort(-1).values).any(-1)
+                for layer in range(2)
+            ]
+        ).any(0)
+        mu = torch.tensor(turn.logprobs)
+        without.append((trainer_logprobs(model, prompt, turn, 1.0) - mu).abs())
+        with replayed_routing(model, given):
+            replayed.append((trainer_logprobs(model, prompt, turn, 1.0) - mu).abs())
+        # A sampled token's logits come from the position before it.
+        flipped.append(differs[len(prompt) - 1 : len(prompt) - 1 + len(turn.token_ids)])
+    without, replayed, flipped = torch.cat(without), torch.cat(replayed), torch.cat(flipped)
+    assert 0 < int(flipped.sum()) < len(flipped) // 10
+    others = without[~flipped].mean()
+    print(
+        f"bf16 engine, {len(flipped)} tokens, {int(flipped.sum())} at flipped positions: without replay "
+        f"{without[flipped].mean():.2e} against the others' {others:.2e}; replayed {replayed[flipped].mean():.2e}"
+    )
+    assert without[flipped].mean() > 2 * others  # the flips are where the MoE's discrepancy comes from
+    assert replayed[flipped].mean() < 2 * others  # under the engine's routing they come down to the others'

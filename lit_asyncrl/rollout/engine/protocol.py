@@ -42,6 +42,9 @@ class TurnOutput:
     logprobs: list[float]
     versions: list[int]
     finish_reason: str | None
+    #: With `EngineSettings.capture_routing`, the experts each layer chose, [positions, layers, top_k]
+    #: (int16), for every position of the request's prompt and turn the engine computed (-1 where none).
+    routed_experts: torch.Tensor | None = None
 
 
 @runtime_checkable

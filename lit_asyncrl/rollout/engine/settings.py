@@ -20,6 +20,8 @@ from lit_asyncrl.rollout.processes.temp_dirs import engine_environment
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DTYPES = ("float32", "bfloat16", "float16")
+#: The methods this library adds to vLLM's worker (the staged push's, the routing capture's).
+ENGINE_WORKER_EXTENSION = "lit_asyncrl.rollout.engine.worker_extension.EngineWorkerExtension"
 #: Requests one engine runs at once (vLLM's `max_num_seqs`): more than a run keeps in flight.
 MAX_NUM_SEQS = 256
 
@@ -61,6 +63,9 @@ class EngineSettings:
     #: The policy's LoRA adapter, as `model.lora` sets it (the Hydra config ties the two): with
     #: `push="adapter"` each version is an adapter the engine holds beside the base weights.
     lora: LoRASettings = LoRASettings()
+    #: For a mixture of experts: each turn also carries the experts every layer chose for each position
+    #: the engine computed (`TurnOutput.routed_experts`; `routing_capture.py`).
+    capture_routing: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -153,6 +158,7 @@ def engine_args(
         # failed to start in a two-engine run).
         disable_log_stats=True,
         **parallelism_args(config, device_type),
+        **({"worker_extension_cls": ENGINE_WORKER_EXTENSION} if config.capture_routing else {}),
         **route_arguments,
     )
 

@@ -144,6 +144,8 @@ class VLLMEngine(EngineLoop):
             self._children_before_start = set(multiprocessing.active_children())
             self._llm = AsyncLLM.from_vllm_config(config)
         await self._llm.update_weight_version(str(self.version))
+        if self.settings.capture_routing:
+            await self._llm.collective_rpc("start_routing_capture")
 
     def shutdown(self, startup_timeout_s: float = 300.0) -> None:
         """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice.
@@ -281,9 +283,14 @@ class VLLMEngine(EngineLoop):
         if self._adapters is not None:  # each request runs under one adapter
             token_ids, logprobs, versions, final = await self._adapters.generate(stream, prompt_ids, max_tokens)
         else:
-            token_ids, logprobs, final = await stream(list(prompt_ids), max_tokens, None, uuid.uuid4().hex)
+            request_id = uuid.uuid4().hex
+            token_ids, logprobs, final = await stream(list(prompt_ids), max_tokens, None, request_id)
             versions = expand_version_spans(final.weight_versions, len(token_ids), self.version)
-        return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None)
+        routing = None
+        if self.settings.capture_routing and self._adapters is None:
+            (recorded,) = await self._llm.collective_rpc("routed_experts_of", args=(request_id,))
+            routing = None if recorded is None else torch.tensor(recorded, dtype=torch.int16)
+        return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None, routing)
 
     # -- weights (called from the trainer thread) --------------------------------------------
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> WeightPush:

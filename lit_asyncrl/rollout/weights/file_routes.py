@@ -19,13 +19,12 @@ from typing import Any
 import torch
 
 from lit_asyncrl.kill_points import kill_if_asked
+from lit_asyncrl.rollout.engine.settings import ENGINE_WORKER_EXTENSION
 from lit_asyncrl.rollout.weights.changed_elements import ChangedElements
 from lit_asyncrl.rollout.weights.changed_tensors import TensorSelection
 from lit_asyncrl.rollout.weights.route import WeightPush, WeightRoute
 from lit_asyncrl.rollout.weights.transfer import weights_for_engine
 
-#: vLLM's worker gains the staged push's methods (`collective_rpc("stage_weights", ...)`).
-STAGED_WEIGHTS_EXTENSION = "lit_asyncrl.rollout.weights.staged.StagedWeightsExtension"
 #: How often the trainer asks whether staging is done (each question waits for an engine step).
 STAGED_POLL_S = 0.01
 
@@ -104,7 +103,8 @@ class StagedRoute(FileRoute):
         self.elements = elements
 
     def engine_arguments(self) -> dict[str, Any]:
-        return {"worker_extension_cls": STAGED_WEIGHTS_EXTENSION}
+        # vLLM's worker gains the staged push's methods (`collective_rpc("stage_weights", ...)`), among this library's.
+        return {"worker_extension_cls": ENGINE_WORKER_EXTENSION}
 
     def encode_entries(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if self.elements is None:

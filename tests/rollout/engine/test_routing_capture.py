@@ -1,0 +1,61 @@
+"""The routing recorder's bookkeeping (the engine half of routing replay), on hand-made steps; the real
+engine's recordings are checked in tests/integration/test_moe_engine.py."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from lit_asyncrl.rollout.engine import routing_capture
+from lit_asyncrl.rollout.engine.routing_capture import RoutingRecorder
+
+
+def step(runner, requests: list[tuple[str, int, int]]) -> None:
+    """Point the fake runner's input batch at `requests`: (engine request id, first position, tokens)."""
+    runner.input_batch = SimpleNamespace(
+        num_reqs=len(requests),
+        req_ids=[request for request, _, _ in requests],
+        num_computed_tokens_cpu=np.array([first for _, first, _ in requests]),
+    )
+    runner.query_start_loc = SimpleNamespace(np=np.cumsum([0, *(tokens for _, _, tokens in requests)]))
+
+
+def test_each_requests_positions_get_their_rows_of_every_layer():
+    runner = SimpleNamespace()
+    recorder = RoutingRecorder(runner, num_layers=2)
+    # A prefill of 3 positions of "a" beside 2 of "b" (from position 4: 0-3 came from the prefix cache).
+    step(runner, [("a-1234abcd", 0, 3), ("b-99999999", 4, 2)])
+    rows = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 0]])
+    recorder.capture(0, rows)
+    recorder.capture(1, rows + 1)
+    # A decode step: one more position each; then "a"'s position 1 computed again (the latest wins).
+    step(runner, [("b-99999999", 6, 1), ("a-1234abcd", 3, 1)])
+    recorder.capture(0, torch.tensor([[5, 6], [7, 0]]))
+    recorder.capture(1, torch.tensor([[5, 6], [7, 0]]))
+    step(runner, [("a-1234abcd", 1, 1)])
+    recorder.capture(0, torch.tensor([[3, 3]]))
+    recorder.capture(1, torch.tensor([[3, 3]]))
+    a = recorder.take("a")
+    assert a.tolist() == [
+        [[0, 1], [1, 2]],
+        [[3, 3], [3, 3]],
+        [[4, 5], [5, 6]],
+        [[7, 0], [7, 0]],
+    ]
+    b = recorder.take("b")
+    assert b.shape == (7, 2, 2) and (b[:4] == -1).all()  # not computed by this request
+    assert b[4:].tolist() == [[[6, 7], [7, 8]], [[1, 0], [2, 1]], [[5, 6], [5, 6]]]
+    assert recorder.take("a") is None  # handed over once
+
+
+def test_a_forward_that_is_not_the_batchs_is_not_recorded_and_old_requests_are_forgotten(monkeypatch):
+    runner = SimpleNamespace()
+    recorder = RoutingRecorder(runner, num_layers=1)
+    step(runner, [("a-00000000", 0, 8)])
+    recorder.capture(0, torch.zeros(4, 2, dtype=torch.long))  # fewer rows than the batch: a warm-up
+    assert recorder.take("a") is None
+    monkeypatch.setattr(routing_capture, "KEPT_REQUESTS", 2)
+    for name in ("a", "b", "c"):
+        step(runner, [(f"{name}-00000000", 0, 1)])
+        recorder.capture(0, torch.zeros(1, 2, dtype=torch.long))
+    assert recorder.take("a") is None and recorder.take("c") is not None
