@@ -63,8 +63,9 @@ def recorded_routing(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
 @contextlib.contextmanager
 def replayed_routing(model: torch.nn.Module, routing: Sequence[torch.Tensor]) -> Iterator[None]:
     """Within the block, each router's forward chooses the experts `routing` gives (one (tokens, top_k)
-    tensor of expert ids per router, in layer order) instead of its own top-k; their weights are the
-    router's softmax probabilities of those experts, renormalised to sum to 1 where the router does so.
+    tensor of expert ids per router, in layer order; a token given -1 keeps the router's own choice)
+    instead of its own top-k; their weights are the router's softmax probabilities of those experts,
+    renormalised to sum to 1 where the router does so.
 
     Raises:
         ValueError: when `routing` does not give one tensor per router, or a forward's token count differs.
@@ -81,11 +82,14 @@ def replayed_routing(model: torch.nn.Module, routing: Sequence[torch.Tensor]) ->
                     f"routing replay: a routing of shape {tuple(given.shape)} for a forward of {logits.shape[0]} "
                     f"tokens routed to {module.top_k} experts each"
                 )
+            # -1: no recorded choice for the token (a position the engine took from its prefix cache,
+            # or never computed): the router's own stands.
+            chosen = torch.where(given >= 0, given, output[2])
             probabilities = torch.softmax(logits, dim=-1, dtype=torch.float)
-            weights = probabilities.gather(-1, given)
+            weights = probabilities.gather(-1, chosen)
             if getattr(module, "norm_topk_prob", True):
                 weights = weights / weights.sum(dim=-1, keepdim=True)
-            return logits, weights.to(logits.dtype), given
+            return logits, weights.to(logits.dtype), chosen
 
         return hook
 

@@ -96,6 +96,17 @@ def test_replaying_the_policys_own_routing_changes_nothing(policy):
     assert torch.equal(plain, replayed)
 
 
+def test_a_token_given_no_choice_keeps_its_routers_own(policy, perturbed):
+    own, given = routing_of(policy), routing_of(perturbed)
+    partial = [choice.clone() for choice in given]
+    for choice in partial:
+        choice[:5] = -1  # the first five tokens: no recorded choice
+    with torch.no_grad(), replayed_routing(policy, partial), recorded_routing(policy) as used:
+        policy(TOKENS)
+    for layer, choice in enumerate(used):
+        assert torch.equal(choice[:5], own[layer][:5]) and torch.equal(choice[5:], given[layer][5:])
+
+
 def test_the_router_is_trained_through_the_replayed_experts(policy, perturbed):
     trained = copy.deepcopy(policy).train()
     with replayed_routing(trained, routing_of(perturbed)):
