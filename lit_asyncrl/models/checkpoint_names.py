@@ -43,7 +43,9 @@ class CheckpointLayout:
         #: The tensors a checkpoint holds under the model's own names, as the model holds them.
         self.same = set(checkpoint_named(model, on_meta)) & set(state)
         converted = [name for name in state if name not in self.same]
-        starts, numbers, start = {}, {}, 0
+        starts: dict[str, int] = {}
+        numbers: dict[str, torch.Tensor] = {}
+        start = 0
         for name in converted:
             starts[name] = start
             numbers[name] = torch.arange(start, start + state[name].numel()).reshape(state[name].shape)
@@ -65,7 +67,8 @@ class CheckpointLayout:
         """
         expected = self.same | set(self.places)
         if set(state_dict) != expected:
-            missing, unknown = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
+            missing = sorted(expected - set(state_dict))
+            unknown = sorted(set(state_dict) - expected)
             raise ValueError(f"a version's tensors do not fit the model: missing {missing[:3]}, unknown {unknown[:3]}")
         model.load_state_dict({name: state_dict[name] for name in self.same}, strict=not self.places)
         own = model.state_dict()

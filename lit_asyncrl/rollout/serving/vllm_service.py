@@ -136,7 +136,7 @@ class VLLMRolloutService:
         """The engines' settings, their weight route chosen for this machine and `trainer_processes`."""
         engine = self.rollout.engine
         placement = self.rollout.scale_out.placement
-        route = route_for_policy(engine, placement, trainer_processes, self.model_path)
+        route = route_for_policy(engine, trainer_device_type(), placement, trainer_processes, self.model_path)
         check_changed_elements(engine.push_changed_elements, route)
         return dataclasses.replace(engine, weight_transfer=route)
 

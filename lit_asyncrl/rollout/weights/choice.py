@@ -88,8 +88,10 @@ def select_weight_transfer(
     return requested
 
 
-def route_for_policy(engine: EngineSettings, placement: str, trainer_processes: int, model_path: str) -> str:
-    """`select_weight_transfer` on this machine for the policy at `model_path` (a mixture of experts or not).
+def route_for_policy(
+    engine: EngineSettings, device_type: str, placement: str, trainer_processes: int, model_path: str
+) -> str:
+    """`select_weight_transfer` for the policy at `model_path` (a mixture of experts or not).
 
     Raises:
         ValueError: also for LoRA adapters as versions of a mixture of experts on CPU: vLLM serves an
@@ -98,7 +100,7 @@ def route_for_policy(engine: EngineSettings, placement: str, trainer_processes: 
     """
     from lit_asyncrl.models.moe_routing import has_routed_experts
 
-    routed_experts, device_type = has_routed_experts(model_path), trainer_device_type()
+    routed_experts = has_routed_experts(model_path)
     if routed_experts and device_type == "cpu" and engine.lora.serves_adapters:
         raise ValueError(
             f"{config_key('model.lora.push')}=adapter with a mixture-of-experts policy on CPU: vLLM runs an adapted "

@@ -121,7 +121,7 @@ def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_fil
         engine_args("model", EngineSettings(), "cpu", 0, file_route.engine_arguments()).weight_transfer_config is None
     )
     staged = local_route(EngineSettings(weight_transfer="staged"), adapters=None, max_loras=4).engine_arguments()
-    assert staged == {"worker_extension_cls": "lit_asyncrl.rollout.weights.staged.StagedWeightsExtension"}
+    assert staged == {"worker_extension_cls": "lit_asyncrl.rollout.engine.worker_extension.EngineWorkerExtension"}
 
 
 def test_the_trainer_opens_a_group_for_itself_and_every_engine_worker():
@@ -252,19 +252,18 @@ def test_a_route_that_leaves_cpu_experts_unpacked_is_refused_for_a_mixture_of_ex
     assert select_weight_transfer(requested, "cpu", "local", 1, routed_experts=False) == requested
 
 
-def test_the_policys_folder_decides_the_route_and_adapters_of_an_moe_are_refused_on_cpu(monkeypatch):
+def test_the_policys_folder_decides_the_route_and_adapters_of_an_moe_are_refused_on_cpu():
     from lit_asyncrl.models import resolve_model_path
     from lit_asyncrl.models.lora import LoRASettings
     from lit_asyncrl.rollout.engine.settings import EngineSettings
     from lit_asyncrl.rollout.weights.choice import route_for_policy
 
-    monkeypatch.setattr("lit_asyncrl.rollout.weights.choice.trainer_device_type", lambda: "cpu")
     moe, dense = resolve_model_path("tiny_moe"), resolve_model_path(None)
-    assert route_for_policy(EngineSettings(), "local", 1, str(moe)) == "staged"
-    assert route_for_policy(EngineSettings(), "local", 1, str(dense)) == "file"
+    assert route_for_policy(EngineSettings(), "cpu", "local", 1, str(moe)) == "staged"
+    assert route_for_policy(EngineSettings(), "cpu", "local", 1, str(dense)) == "file"
     merged = LoRASettings(rank=8, target_modules=("q_proj", "v_proj"), push="merged")
-    assert route_for_policy(EngineSettings(lora=merged), "local", 1, str(moe)) == "staged"
+    assert route_for_policy(EngineSettings(lora=merged), "cpu", "local", 1, str(moe)) == "staged"
     adapters = EngineSettings(lora=LoRASettings(rank=8, target_modules=("q_proj", "v_proj")))
     with pytest.raises(ValueError, match="model.lora.push=adapter with a mixture-of-experts policy on CPU"):
-        route_for_policy(adapters, "local", 1, str(moe))
-    assert route_for_policy(adapters, "local", 1, str(dense)) == "file"
+        route_for_policy(adapters, "cpu", "local", 1, str(moe))
+    assert route_for_policy(adapters, "cpu", "local", 1, str(dense)) == "file"
