@@ -121,7 +121,8 @@ def comparisons_table(
         results = [
             welch(*(_values(runs, scalar, label) for runs, label in zip(sides, (first, second)))) for scalar in scalars
         ]
-        by_seed = [{run.seed: scalars[0](run) for run in runs if scalars[0](run) is not None} for runs in sides]
+        at_end = [{run.seed: scalars[0](run) for run in runs} for runs in sides]
+        by_seed = [{seed: score for seed, score in scores.items() if score is not None} for scores in at_end]
         tests.append(([len(runs) for runs in sides], results, paired(*by_seed)))
     adjusted = [holm_adjusted([results[index][4] for _, results, _ in tests]) for index in range(len(scalars))]
     paired_rows = [row for row, (_, _, result) in enumerate(tests) if result is not None]
