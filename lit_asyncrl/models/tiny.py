@@ -16,7 +16,7 @@ import torch
 
 from lit_asyncrl.cache_dir import default_cache_dir
 from lit_asyncrl.models.char_tokenizer import VOCAB, build_char_tokenizer
-from lit_asyncrl.models.folder import save_model_folder
+from lit_asyncrl.models.folder import cached_model_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +45,14 @@ def build_tiny_policy(config: TinyPolicyConfig = TinyPolicyConfig(), cache_dir: 
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     target = Path(cache_dir or default_cache_dir()) / f"tiny-qwen3-{config.fingerprint()}"
-    if (target / "config.json").exists():
-        return target
-    tokenizer = build_char_tokenizer()
-    hf_config = Qwen3Config(intermediate_size=config.intermediate_size, **shared_architecture(config, tokenizer))
-    torch.manual_seed(config.seed)
-    model = Qwen3ForCausalLM(hf_config)
-    return save_model_folder(model, tokenizer, target)
+
+    def build():
+        tokenizer = build_char_tokenizer()
+        hf_config = Qwen3Config(intermediate_size=config.intermediate_size, **shared_architecture(config, tokenizer))
+        torch.manual_seed(config.seed)
+        return Qwen3ForCausalLM(hf_config), tokenizer
+
+    return cached_model_folder(target, build)
 
 
 def shared_architecture(config: TinyPolicyConfig, tokenizer) -> dict:

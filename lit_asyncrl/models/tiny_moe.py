@@ -16,7 +16,7 @@ import torch
 
 from lit_asyncrl.cache_dir import default_cache_dir
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
-from lit_asyncrl.models.folder import save_model_folder
+from lit_asyncrl.models.folder import cached_model_folder
 from lit_asyncrl.models.tiny import TinyPolicyConfig, shared_architecture
 
 
@@ -36,23 +36,24 @@ def build_tiny_moe(config: TinyMoEConfig = TinyMoEConfig(), cache_dir: Path | No
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     target = Path(cache_dir or default_cache_dir()) / f"tiny-qwen3moe-{config.fingerprint()}"
-    if (target / "config.json").exists():
-        return target
-    tokenizer = build_char_tokenizer()
-    hf_config = Qwen3MoeConfig(
-        num_experts=config.num_experts,
-        num_experts_per_tok=config.num_experts_per_tok,
-        moe_intermediate_size=config.moe_intermediate_size,
-        # (the width of dense layers between routed ones; there are none)
-        intermediate_size=config.intermediate_size,
-        # Every layer routed (no dense layers in between), top-k weights renormalised to sum to 1.
-        decoder_sparse_step=1,
-        mlp_only_layers=[],
-        norm_topk_prob=True,
-        # The auxiliary load-balancing loss stays off: the RL loss is the paper's, nothing added.
-        output_router_logits=False,
-        **shared_architecture(config, tokenizer),
-    )
-    torch.manual_seed(config.seed)
-    model = Qwen3MoeForCausalLM(hf_config)
-    return save_model_folder(model, tokenizer, target)
+
+    def build():
+        tokenizer = build_char_tokenizer()
+        hf_config = Qwen3MoeConfig(
+            num_experts=config.num_experts,
+            num_experts_per_tok=config.num_experts_per_tok,
+            moe_intermediate_size=config.moe_intermediate_size,
+            # (the width of dense layers between routed ones; there are none)
+            intermediate_size=config.intermediate_size,
+            # Every layer routed (no dense layers in between), top-k weights renormalised to sum to 1.
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            # The auxiliary load-balancing loss stays off: the RL loss is the paper's, nothing added.
+            output_router_logits=False,
+            **shared_architecture(config, tokenizer),
+        )
+        torch.manual_seed(config.seed)
+        return Qwen3MoeForCausalLM(hf_config), tokenizer
+
+    return cached_model_folder(target, build)
