@@ -23,7 +23,31 @@ def check_settings(module: AsyncRLModule, datamodule: RolloutDataModule, trainer
     check_batch_splits(datamodule.rollouts.groups_per_batch, trainer.world_size)
     check_reference_supported(trainer.strategy, module.reference, fidelity=module.fidelity is not None)
     check_lora_supported(module.lora, datamodule.rollout_config.engine.lora, module.reference, trainer.strategy)
+    check_routing_replay(module, datamodule.rollout_config.engine.capture_routing)
     warn_of_replaced_metrics(trainer)
+
+
+def check_routing_replay(module: AsyncRLModule, capture_routing: bool) -> None:
+    """`model.routing_replay` needs an MoE policy, the engine's routing, and a reference that scores in the step."""
+    from lit_asyncrl.models.moe_routing import topk_routers
+    from lit_asyncrl.reference.registry import reference_name
+
+    if not module.hparams.routing_replay:
+        return
+    if not topk_routers(module.policy):
+        raise ValueError(
+            f"model.routing_replay=true replays which experts the engine routed each token to, but "
+            f"model.path={module.hparams.model_path} ({type(module.policy).__name__}) has no expert routers"
+        )
+    if not capture_routing:
+        capture = config_key("rollout.capture_routing")
+        raise ValueError(f"model.routing_replay=true replays the routing the engine records: set {capture}=true")
+    if not module.reference.scores_in_the_step:
+        raise ValueError(
+            f"model.routing_replay=true with reference={reference_name(module.reference)}: it scores pi_old "
+            "while turns are still in flight, before the engine hands over their routing; use reference=snapshot "
+            "or ewma (exact and proxy pi_old scored in the training step under the engine's routing)"
+        )
 
 
 def check_lora_supported(

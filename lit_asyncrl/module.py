@@ -17,7 +17,6 @@ from lit_asyncrl.eval_metrics import HeldOutMetrics
 from lit_asyncrl.fidelity import ReferenceFidelity
 from lit_asyncrl.frozen_checkpoint import leave_out_frozen, restore_frozen
 from lit_asyncrl.fsdp import FSDP2Strategy, shard_policy
-from lit_asyncrl.gap_stats import abs_stats_by_gap
 from lit_asyncrl.kill_points import kill_if_asked
 from lit_asyncrl.kl_penalty import ESTIMATORS as KL_ESTIMATORS
 from lit_asyncrl.kl_penalty import KLPenalty
@@ -25,10 +24,11 @@ from lit_asyncrl.losses import LossInputs, LossStrategy, PPOClipTrainInfer
 from lit_asyncrl.losses.aggregation import global_batch_scale
 from lit_asyncrl.models import resolve_model_path
 from lit_asyncrl.models.lora import LoRASettings, add_adapter
+from lit_asyncrl.models.moe_routing import BATCH_ROUTING, BatchRouting, applied, follow_batch_routing
 from lit_asyncrl.models.policy import load_policy
 from lit_asyncrl.reference import NoReference, ReferenceSource
-from lit_asyncrl.rollout.records import REWARD_FAILED, REWARD_VALUE
 from lit_asyncrl.scoring import live_logprobs_without_dropout, logits_to_token_logprobs, policy_logits, token_entropy
+from lit_asyncrl.step_metrics import reference_gap_metrics, reward_terms
 
 #: Step metrics that a step may lack (besides the per-gap buckets).
 MAYBE_ABSENT = ("fidelity/version_drift_",)
@@ -45,6 +45,8 @@ class StepOutcome:
         ref_logprobs: [B, T] the reference source's log pi_ref; None without one.
         loss_metrics: the loss strategy's own statistics (logged as `train/<key>`).
         fidelity: the fidelity shadow's metrics (`fidelity/*`); empty without it.
+        routing_flipped: for a batch with the engine's routing (an MoE policy), the share of (position,
+            layer) pairs whose experts the policy's routers chose otherwise; None without one.
         step_s: wall time since the previous step started; None for the first step after the start
             or after a held-out evaluation.
     """
@@ -56,6 +58,7 @@ class StepOutcome:
     loss_metrics: dict[str, float]
     fidelity: dict[str, float]
     step_s: float | None
+    routing_flipped: float | None
 
 
 class AsyncRLModule(L.LightningModule):
@@ -87,6 +90,10 @@ class AsyncRLModule(L.LightningModule):
             `["async_recompute", "linear_prox", "ewma", "ewma_0.9"]` (`lit_asyncrl.fidelity_panel`).
         lora: train a LoRA adapter (peft) instead of the model's weights (`LoRASettings`; rank 0,
             the default, trains the weights): the optimizer sees the adapter's parameters only.
+        routing_replay: for a mixture-of-experts policy whose batches carry the engine's routing
+            (`rollout.capture_routing`), score every token under the experts the engine chose (pi_theta
+            and the references that score in the step: snapshots, the EWMA); False keeps the routers'
+            own choice. Either way `train/routing_flipped` says how often it differs from the engine's.
     """
 
     def __init__(
@@ -103,6 +110,7 @@ class AsyncRLModule(L.LightningModule):
         fidelity: bool = False,
         fidelity_proxies: list[str] | None = None,
         lora: LoRASettings | Mapping | None = None,
+        routing_replay: bool = False,
     ) -> None:
         super().__init__()
         if not lr > 0:
@@ -141,6 +149,7 @@ class AsyncRLModule(L.LightningModule):
             freeze_all_but_last_layers(self.policy, train_last_layers)
         if self.lora.enabled:
             self.policy = add_adapter(self.policy, self.lora)
+        follow_batch_routing(self.policy)  # an MoE's routers: batches that carry the engine's routing
         self.task_success = MeanMetric()
         # Held-out metrics, made at the first validation batch (k and a mixture's tasks come with it).
         self.eval_metrics: HeldOutMetrics | None = None
@@ -208,12 +217,17 @@ class AsyncRLModule(L.LightningModule):
         }
         loss_mask = batch["loss_mask"]  # [B, T]
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
-        logits, start = policy_logits(self.policy, batch["input_ids"], batch["attention_mask"], loss_mask)
-        # Positions before `start` are never policy tokens: their log-probs and entropies are 0, as a
-        # sequence's first position's always were.
-        kept = logits_to_token_logprobs(logits, batch["input_ids"][:, start:], batch["temperature"], batch["top_k"])
-        logprobs = F.pad(kept, (start, 0))
-        live_logprobs = live_logprobs_without_dropout(self.policy, batch, logprobs)
+        routing = None
+        if "routed_experts" in batch:  # an MoE's batch with the engine's routing
+            routing = BatchRouting(batch["routed_experts"], replay=self.hparams.routing_replay)
+            batch[BATCH_ROUTING] = routing  # the references' forwards follow it too (`batch_routing_of`)
+        with applied(routing):
+            logits, start = policy_logits(self.policy, batch["input_ids"], batch["attention_mask"], loss_mask)
+            # Positions before `start` are never policy tokens: their log-probs and entropies are 0, as a
+            # sequence's first position's always were.
+            kept = logits_to_token_logprobs(logits, batch["input_ids"][:, start:], batch["temperature"], batch["top_k"])
+            logprobs = F.pad(kept, (start, 0))
+            live_logprobs = live_logprobs_without_dropout(self.policy, batch, logprobs)
         ref_logprobs = self.reference.ref_logprobs(batch, live_logprobs, self.global_step)
         inputs = LossInputs(
             logprobs=logprobs,
@@ -252,6 +266,7 @@ class AsyncRLModule(L.LightningModule):
             loss_metrics=loss_metrics,
             fidelity=fidelity,
             step_s=step_s,
+            routing_flipped=None if routing is None else routing.flipped_share,
         )
         self._log_step(batch, outcome)
         return loss
@@ -308,8 +323,10 @@ class AsyncRLModule(L.LightningModule):
             metrics["train/episode_s"] = batch["episode_s"].mean().item()
         if step_s is not None:
             metrics["train/step_s"] = step_s
+        if outcome.routing_flipped is not None:
+            metrics["train/routing_flipped"] = outcome.routing_flipped
         metrics.update(
-            _reference_gap_metrics(
+            reference_gap_metrics(
                 outcome.ref_logprobs, batch["behavior_logprobs"], batch["loss_mask"], outcome.version_gap
             )
         )
@@ -322,7 +339,7 @@ class AsyncRLModule(L.LightningModule):
         buckets = (
             {key: value for key, value in metrics.items() if "/gap_" in key or key.startswith(MAYBE_ABSENT)}
             | self._task_success(batch)
-            | _reward_terms(batch)
+            | reward_terms(batch)
         )
         self.log_dict({key: value for key, value in metrics.items() if key not in buckets}, batch_size=size)
         for logger in self.loggers if buckets else ():
@@ -408,40 +425,3 @@ def _check_loss_and_reference(loss: LossStrategy, reference: ReferenceSource) ->
             f"model.loss={loss.name or type(loss).__name__} needs a reference source (pi_ref) but model.reference is "
             "none; choose reference=snapshot, dedicated, interrupt_sync (exact), ewma or async_recompute (proxies)"
         )
-
-
-def _reward_terms(batch: dict) -> dict[str, float]:
-    """A dataset task's reward functions over this process's episodes of the batch (under DDP, rank
-    0's share): `train/rewards/<name>` the mean value where it scored, `.../scored` the share of
-    episodes it scored, `.../failed` the share it raised on. Empty for other tasks."""
-    metrics = {}
-    for key, values in batch.items():
-        if not key.startswith(REWARD_VALUE):
-            continue
-        name = key.removeprefix(REWARD_VALUE)
-        scored = ~torch.isnan(values)  # [B]
-        if scored.any():
-            metrics[f"train/rewards/{name}"] = float(values[scored].mean())
-        metrics[f"train/rewards/{name}/scored"] = float(scored.double().mean())
-        metrics[f"train/rewards/{name}/failed"] = float((batch[f"{REWARD_FAILED}{name}"] > 0).double().mean())
-    return metrics
-
-
-def _reference_gap_metrics(
-    ref_logprobs: torch.Tensor | None,
-    behavior_logprobs: torch.Tensor,
-    loss_mask: torch.Tensor,
-    version_gap: torch.Tensor,
-) -> dict[str, float]:
-    """|log pi_ref - log mu| on scored policy tokens: the train-inference gap the reference sees,
-    overall and per version gap (`.../gap_0` ... `.../gap_3`, `.../gap_4plus`).
-
-    With an exact reference, pi_ref is pi_old at each token's own version, so this is the
-    training-inference discrepancy alone: numerical noise at every gap with an fp32 engine, the
-    paper's gap with a bf16 one. Unscored (non-finite) tokens are left out here and counted by
-    the loss instead.
-    """
-    if ref_logprobs is None:
-        return {}
-    log_rd = (ref_logprobs - behavior_logprobs).abs()
-    return abs_stats_by_gap(log_rd, loss_mask & torch.isfinite(log_rd), version_gap, "train/ref_behavior_logratio_")

@@ -11,11 +11,17 @@ The routers are transformers' top-k router modules (`Qwen3MoeTopKRouter`, `Mixtr
 per routed layer, returning the router logits, the chosen experts' weights and their ids); reading and
 replaying are forward hooks on them, so the model's own forward runs unchanged. A routing is one tensor
 per router, in layer order, of shape (tokens, top_k): the tokens of the forward's batch flattened.
+
+In training, a batch carries the engine's routing of its positions ([B, T, layers, top_k], `BatchRouting`);
+the policy's routers follow it (`follow_batch_routing`) in every forward run under `applied`, which the
+training step and the references that score a batch in it (snapshots, the EWMA) enter around their forwards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,9 +40,13 @@ def has_routed_experts(model_path: str | Path) -> bool:
     return any(settings.get(key) for key in ("num_experts", "num_local_experts", "n_routed_experts"))
 
 
+def is_topk_router(module: torch.nn.Module) -> bool:
+    return type(module).__name__.endswith("TopKRouter")
+
+
 def topk_routers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's top-k routers in layer order (empty for a dense model)."""
-    return [module for module in model.modules() if type(module).__name__.endswith("TopKRouter")]
+    return [module for module in model.modules() if is_topk_router(module)]
 
 
 @contextlib.contextmanager
@@ -76,20 +86,8 @@ def replayed_routing(model: torch.nn.Module, routing: Sequence[torch.Tensor]) ->
 
     def replay(given: torch.Tensor):
         def hook(module, inputs, output):
-            logits = output[0]
-            if given.shape != (logits.shape[0], module.top_k):
-                raise ValueError(
-                    f"routing replay: a routing of shape {tuple(given.shape)} for a forward of {logits.shape[0]} "
-                    f"tokens routed to {module.top_k} experts each"
-                )
-            # -1: no recorded choice for the token (a position the engine took from its prefix cache,
-            # or never computed): the router's own stands.
-            chosen = torch.where(given >= 0, given, output[2])
-            probabilities = torch.softmax(logits, dim=-1, dtype=torch.float)
-            weights = probabilities.gather(-1, chosen)
-            if getattr(module, "norm_topk_prob", True):
-                weights = weights / weights.sum(dim=-1, keepdim=True)
-            return logits, weights.to(logits.dtype), chosen
+            _check_routing_shape(module, output, given)
+            return _replayed(module, output, given)
 
         return hook
 
@@ -101,6 +99,28 @@ def replayed_routing(model: torch.nn.Module, routing: Sequence[torch.Tensor]) ->
             handle.remove()
 
 
+def _check_routing_shape(router: torch.nn.Module, output: tuple, given: torch.Tensor) -> None:
+    tokens = output[0].shape[0]
+    if given.shape != (tokens, router.top_k):
+        raise ValueError(
+            f"routing replay: a routing of shape {tuple(given.shape)} for a forward of {tokens} "
+            f"tokens routed to {router.top_k} experts each"
+        )
+
+
+def _replayed(router: torch.nn.Module, output: tuple, given: torch.Tensor) -> tuple:
+    """A router's output (logits, weights, expert ids) with the experts `given` [tokens, top_k] chose."""
+    logits = output[0]
+    # -1: no recorded choice for the token (a position the engine took from its prefix cache,
+    # or never computed): the router's own stands.
+    chosen = torch.where(given >= 0, given, output[2])
+    probabilities = torch.softmax(logits, dim=-1, dtype=torch.float)
+    weights = probabilities.gather(-1, chosen)
+    if getattr(router, "norm_topk_prob", True):
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return logits, weights.to(logits.dtype), chosen
+
+
 def routing_disagreement(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> float:
     """The share of (token, router) pairs whose set of chosen experts differs between two routings of
     the same tokens (the order of a token's experts does not count)."""
@@ -110,3 +130,97 @@ def routing_disagreement(first: Sequence[torch.Tensor], second: Sequence[torch.T
         differ += int((~same).sum())
         total += same.numel()
     return differ / total if total else 0.0
+
+
+@dataclasses.dataclass
+class BatchRouting:
+    """The experts the engine chose for a batch's positions, for the forwards that score the batch.
+
+    Attributes:
+        experts: [B, T, layers, top_k] expert ids, -1 where the engine recorded none (a position it
+            took from its prefix cache, the last token of a turn, padding, an episode restored from a
+            checkpoint).
+        replay: the routers take these experts (routing replay); False: they keep their own choice and
+            the forwards only count where it differs.
+        flipped: (position, layer) pairs, over the forwards run under this routing, whose router's own
+            top-k set differs from the recorded one; `compared`: the pairs with a recorded choice.
+    """
+
+    experts: torch.Tensor
+    replay: bool
+    flipped: int = 0
+    compared: int = 0
+
+    def rows(self, rows: torch.Tensor | slice) -> BatchRouting:
+        """The routing of the batch's sequences `rows` (a forward over only those), counted apart."""
+        return BatchRouting(self.experts[rows], self.replay)
+
+    @property
+    def flipped_share(self) -> float:
+        return self.flipped / self.compared if self.compared else 0.0
+
+
+#: The batch key of a training batch's `BatchRouting` (set by the module from its `routed_experts`).
+BATCH_ROUTING = "routing"
+
+
+def batch_routing_of(batch: dict, rows: torch.Tensor | None = None) -> BatchRouting | None:
+    """The routing a forward over `batch`'s sequences `rows` (None: all) follows, counted apart from the
+    training forward's; None when the batch carries none."""
+    routing = batch.get(BATCH_ROUTING)
+    if routing is None:
+        return None
+    return routing.rows(slice(None) if rows is None else rows)
+
+
+#: The batch routing the forwards in progress follow (`applied`); None outside.
+_APPLIED: contextvars.ContextVar[BatchRouting | None] = contextvars.ContextVar("batch_routing", default=None)
+
+
+@contextlib.contextmanager
+def applied(routing: BatchRouting | None) -> Iterator[None]:
+    """Within the block, the forwards of a model that `follow_batch_routing` follow `routing` (nothing
+    changes for None: a dense policy, a batch without a recorded routing)."""
+    token = _APPLIED.set(routing)
+    try:
+        yield
+    finally:
+        _APPLIED.reset(token)
+
+
+def follow_batch_routing(model: torch.nn.Module) -> None:
+    """Make each of `model`'s routers follow the batch routing `applied` sets: count where its own
+    choice differs from the recorded one and, with `BatchRouting.replay`, take the recorded experts.
+    The hooks stay for the model's life (a forward outside `applied` is not touched); a dense model
+    gets none."""
+
+    def follow(layer: int):
+        def hook(module, inputs, output):
+            routing = _APPLIED.get()
+            if routing is None:
+                return None
+            top_k = routing.experts.shape[-1]
+            given = routing.experts[:, :, layer].reshape(-1, top_k).to(output[2].device, torch.long)
+            _check_routing_shape(module, output, given)
+            recorded = (given >= 0).all(dim=-1)
+            same = (output[2].sort(dim=-1).values == given.sort(dim=-1).values).all(dim=-1)
+            routing.flipped += int((recorded & ~same).sum())
+            routing.compared += int(recorded.sum())
+            return _replayed(module, output, given) if routing.replay else None
+
+        return hook
+
+    for name, module in model.named_modules():
+        if is_topk_router(module):
+            module.register_forward_hook(follow(decoder_layer_index(name)))
+
+
+def decoder_layer_index(module_name: str) -> int:
+    """The decoder layer a module belongs to, read from its name (`model.layers.3.mlp.gate` -> 3): the
+    index the engine records a layer's routing under (vLLM's layer ids), also where dense layers sit
+    between routed ones."""
+    parts = module_name.split(".")
+    for part, following in zip(parts, parts[1:]):
+        if part == "layers" and following.isdigit():
+            return int(following)
+    raise ValueError(f"routing replay: cannot tell which decoder layer {module_name!r} belongs to")

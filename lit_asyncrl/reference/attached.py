@@ -21,6 +21,7 @@ class InterruptSyncReference(ReferenceSource):
     """
 
     exact = True
+    scores_in_the_step = False
 
     def __init__(self) -> None:
         # It finds the datamodule's rollout service itself, at its own set-up.
@@ -56,6 +57,7 @@ class DedicatedReference(ReferenceSource):
     """
 
     exact = True
+    scores_in_the_step = False
 
     def bind(self, rollouts: RolloutService | None) -> None:
         rollouts = require_service(rollouts, "reference=dedicated")

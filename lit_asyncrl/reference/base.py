@@ -26,6 +26,9 @@ class ReferenceSource(abc.ABC):
     #: True when pi_ref may equal the current weights by design at some steps (the module's warning
     #: about a reference that is silently the current policy then stays quiet).
     may_equal_current: ClassVar[bool] = False
+    #: True when pi_ref comes from forwards in the training step, over the batch (where an MoE's
+    #: forwards can follow the batch's routing, `model.routing_replay`); False when it was scored before.
+    scores_in_the_step: ClassVar[bool] = True
 
     def callbacks(self) -> list[L.Callback]:
         return []

@@ -8,6 +8,7 @@ import lightning as L
 import torch
 from asyncrl_callbacks import EWMAReference
 
+from lit_asyncrl.models.moe_routing import applied, batch_routing_of
 from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.scoring import logits_to_token_logprobs
 
@@ -67,7 +68,8 @@ class EWMAReferenceSource(ReferenceSource):
     def ref_logprobs(self, batch: dict, current_logprobs: torch.Tensor, version: int) -> torch.Tensor:
         loss_mask = batch["loss_mask"]
         self._ewma.observe_version_gaps((version - batch["versions"])[loss_mask])
-        logits = self._ewma.reference_forward(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits
+        with applied(batch_routing_of(batch)):  # an MoE's routers follow the engine's routing
+            logits = self._ewma.reference_forward(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+            ).logits
         return logits_to_token_logprobs(logits, batch["input_ids"], batch["temperature"], batch["top_k"])

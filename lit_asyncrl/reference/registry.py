@@ -24,6 +24,12 @@ def available_references() -> list[str]:
     return sorted(_REFERENCES)
 
 
+def reference_name(reference: ReferenceSource) -> str:
+    """The `reference=<name>` a source is built by (its class name for a source of one's own)."""
+    names = [name for name, cls in _REFERENCES.items() if type(reference) is cls]
+    return names[0] if names else type(reference).__name__
+
+
 def build_reference(name: str, **kwargs: Any) -> ReferenceSource:
     """Build a reference source; unknown names and arguments fail naming the key."""
     if name not in _REFERENCES:

@@ -8,6 +8,7 @@ from asyncrl_callbacks import SnapshotRetention
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_asyncrl.config_keys import config_key
+from lit_asyncrl.models.moe_routing import applied, batch_routing_of
 from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.rollout.service import RolloutService, require_service
 from lit_asyncrl.scoring import logits_to_token_logprobs
@@ -126,7 +127,8 @@ class SnapshotReference(ReferenceSource):
         attention_mask = batch["attention_mask"]
 
         def score(forward, rows: torch.Tensor) -> torch.Tensor:
-            logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
+            with applied(batch_routing_of(batch, rows)):  # an MoE's routers follow the engine's routing
+                logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
             return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
 
         # Tokens of a version without a snapshot (restored from a checkpoint written without it, e.g.

@@ -71,6 +71,9 @@ class Trajectory:
     #: conversation: its other segments, each exact on its own, in the order they were opened. The
     #: producer files them beside this one (same reward and advantage); never checkpointed in here.
     later_segments: list[Trajectory] = dataclasses.field(default_factory=list)
+    #: With `rollout.capture_routing` (a mixture-of-experts policy), the experts the engine routed each
+    #: position to, [positions, layers, top_k] (int16, -1 where it recorded none): routing replay's input.
+    routed_experts: torch.Tensor | None = None
 
     def record_step_info(self, info: dict) -> None:
         """Add what one step's `info` reports: a tool task's calls, errors and leniently taken arguments
@@ -122,6 +125,17 @@ class Trajectory:
                 self.old_versions[position] = NO_VERSION
                 invalidated += 1
         return invalidated
+
+    def record_routing(self, routing: torch.Tensor) -> None:
+        """Keep the routing a turn's request recorded ([positions, layers, top_k] from the first position of
+        the episode on). A position the request took from the engine's prefix cache (-1) keeps the routing
+        the turn that computed it recorded."""
+        if self.routed_experts is not None:
+            earlier = self.routed_experts[: len(routing)]
+            routing = routing.clone()
+            head = routing[: len(earlier)]
+            routing[: len(earlier)] = torch.where(head >= 0, head, earlier)
+        self.routed_experts = routing
 
     def unscored_positions(self) -> list[int]:
         """Policy-token positions that have no pi_old yet."""
@@ -199,7 +213,9 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
     in_loss = torch.tensor([t.in_loss for t in trajectories], dtype=torch.bool)  # [B]
     loss_mask = padded([t.loss_mask for t in trajectories], False, torch.bool) & in_loss[:, None]  # [B, T]
     advantages = torch.tensor([t.advantage for t in trajectories], dtype=torch.float32)  # [B]
+    routing = _routing_column(trajectories, length)
     return {
+        **routing,
         "input_ids": padded([t.token_ids for t in trajectories], pad_id, torch.long),
         "attention_mask": padded([[1] * len(t.token_ids) for t in trajectories], 0, torch.long),
         "loss_mask": loss_mask,
@@ -212,3 +228,17 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
         "episode_s": torch.tensor([t.duration_s for t in trajectories], dtype=torch.float32),
         "group_ids": torch.tensor([t.group_id for t in trajectories], dtype=torch.long),
     }
+
+
+def _routing_column(trajectories: list[Trajectory], length: int) -> dict[str, torch.Tensor]:
+    """`routed_experts` [B, T, layers, top_k] (-1 where none was recorded) when an episode of the batch
+    carries a routing; nothing otherwise."""
+    recorded = [t.routed_experts for t in trajectories if t.routed_experts is not None]
+    if not recorded:
+        return {}
+    column = torch.full((len(trajectories), length, *recorded[0].shape[1:]), -1, dtype=torch.int16)
+    for row, trajectory in enumerate(trajectories):
+        if trajectory.routed_experts is not None:
+            positions = min(len(trajectory.routed_experts), length)
+            column[row, :positions] = trajectory.routed_experts[:positions]
+    return {"routed_experts": column}

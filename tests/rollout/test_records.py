@@ -58,3 +58,38 @@ def test_a_dataset_tasks_reward_functions_become_one_column_each_nan_where_unsco
     )
     assert columns["reward_failed/broken"].tolist() == [1.0, 0.0, 0.0]
     assert reward_term_columns([other_task]) == {}
+
+
+def _routing(rows: list[list[list[int]]]) -> torch.Tensor:
+    """[positions, layers, top_k] int16, as the engine records it."""
+    return torch.tensor(rows, dtype=torch.int16)
+
+
+def test_a_later_turns_routing_replaces_an_earlier_ones_except_where_it_took_the_prefix_cache():
+    trajectory = Trajectory(group_id=0)
+    trajectory.extend_context([1, 16])
+    trajectory.extend_policy([7, 13], [-0.1, -0.2], [0, 0])
+    # Turn 1's request: positions 0-2 computed (the last sampled token never is), one layer, top-2.
+    trajectory.record_routing(_routing([[[0, 1]], [[2, 3]], [[4, 5]], [[-1, -1]]]))
+    trajectory.extend_context([19])
+    trajectory.extend_policy([8], [-0.3], [1])
+    # Turn 2's request: positions 0-1 from the prefix cache (-1), 2-4 computed again under version 1.
+    trajectory.record_routing(_routing([[[-1, -1]], [[-1, -1]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]))
+    assert trajectory.routed_experts.tolist() == [[[0, 1]], [[2, 3]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]
+
+
+def test_the_batch_carries_the_recorded_routing_padded_with_no_choice_and_nothing_without_one():
+    routed = Trajectory(group_id=0)
+    routed.extend_context([1, 16, 5])
+    routed.extend_policy([7], [-0.1], [0])
+    routed.record_routing(_routing([[[0, 1], [2, 3]], [[4, 5], [6, 7]]]))  # two layers, two positions
+    restored = Trajectory(group_id=0)  # an episode restored without its routing
+    restored.extend_context([1, 8])
+    batch = collate([routed, restored], pad_id=0)
+    none = [-1, -1]
+    assert batch["routed_experts"].dtype == torch.int16
+    assert batch["routed_experts"].tolist() == [
+        [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [none, none], [none, none]],
+        [[none, none], [none, none], [none, none], [none, none]],
+    ]
+    assert "routed_experts" not in collate([restored], pad_id=0)

@@ -8,7 +8,16 @@ import pytest
 import torch
 
 from lit_asyncrl.models import build_tiny_moe
-from lit_asyncrl.models.moe_routing import recorded_routing, replayed_routing, routing_disagreement, topk_routers
+from lit_asyncrl.models.moe_routing import (
+    BatchRouting,
+    applied,
+    decoder_layer_index,
+    follow_batch_routing,
+    recorded_routing,
+    replayed_routing,
+    routing_disagreement,
+    topk_routers,
+)
 
 TOKENS = torch.tensor([[1, 5, 9, 14, 20, 33, 41, 2, 7, 11, 60, 71]])
 
@@ -124,3 +133,67 @@ def test_a_routing_that_does_not_fit_the_model_is_refused(policy):
     other_tokens = pytest.raises(ValueError, match=r"a routing of shape \(12, 2\) for a forward of 6 tokens")
     with other_tokens, torch.no_grad(), replayed_routing(policy, routing):
         policy(TOKENS[:, :6])
+
+
+def as_batch_routing(routing: list[torch.Tensor], rows: int = 1) -> torch.Tensor:
+    """Per-layer routings [tokens, top_k] as a batch's [B, T, layers, top_k]."""
+    return torch.stack(routing, dim=1).reshape(rows, -1, len(routing), routing[0].shape[-1]).to(torch.int16)
+
+
+@pytest.fixture(scope="module")
+def following(policy):
+    """The policy with routers that follow the batch routing `applied` sets."""
+    model = copy.deepcopy(policy)
+    follow_batch_routing(model)
+    return model
+
+
+def test_under_a_replayed_batch_routing_the_routers_take_it_and_count_where_their_own_differed(following, perturbed):
+    own, given = routing_of(following), routing_of(perturbed)
+    routing = BatchRouting(as_batch_routing(given), replay=True)
+    with torch.no_grad():
+        with replayed_routing(following, given):
+            expected = following(TOKENS).logits
+        with applied(routing), recorded_routing(following) as used:
+            replayed = following(TOKENS).logits
+    assert all(torch.equal(choice, wanted) for choice, wanted in zip(used, given))
+    assert torch.equal(replayed, expected)  # the same forward as the explicit replay
+    # Flips: (token, layer) pairs whose own top-2 set differs from the given one (hand-counted by
+    # routing_disagreement, tested above), over the 12 tokens x 2 layers.
+    assert routing.compared == 24
+    assert routing.flipped == round(routing_disagreement(own, given) * 24) > 0
+    assert routing.flipped_share == routing.flipped / 24
+
+
+def test_measured_only_a_batch_routing_changes_no_logit_and_positions_without_a_choice_are_not_compared(
+    following, perturbed
+):
+    own, given = routing_of(following), routing_of(perturbed)
+    experts = as_batch_routing(given)
+    experts[0, :4] = -1  # no recorded choice for the first four positions
+    routing = BatchRouting(experts, replay=False)
+    with torch.no_grad():
+        plain = following(TOKENS).logits  # outside `applied`: untouched
+        with applied(routing):
+            measured = following(TOKENS).logits
+    assert torch.equal(measured, plain)
+    assert routing.compared == 8 * 2
+    tail_own = [choice[4:] for choice in own]
+    tail_given = [choice[4:] for choice in given]
+    assert routing.flipped == round(routing_disagreement(tail_own, tail_given) * 16)
+
+
+def test_a_forward_over_some_rows_follows_those_rows_routing(following, perturbed):
+    given = routing_of(perturbed)
+    two_rows = torch.cat([as_batch_routing(routing_of(following)), as_batch_routing(given)])  # [2, 12, 2, 2]
+    second_row = BatchRouting(two_rows, replay=True).rows(torch.tensor([1]))
+    with torch.no_grad(), applied(second_row), recorded_routing(following) as used:
+        following(TOKENS)
+    assert all(torch.equal(choice, wanted) for choice, wanted in zip(used, given))
+
+
+def test_a_routers_layer_is_read_from_its_name_as_the_engine_numbers_layers():
+    assert decoder_layer_index("model.layers.3.mlp.gate") == 3
+    assert decoder_layer_index("base_model.model.model.layers.11.mlp.gate") == 11
+    with pytest.raises(ValueError, match="which decoder layer 'gate' belongs to"):
+        decoder_layer_index("gate")

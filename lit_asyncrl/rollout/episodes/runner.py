@@ -237,6 +237,8 @@ async def _take_turn(
         on_tokens=lambda ids, logprobs: trajectory.extend_policy(ids, logprobs, [engine.version] * len(ids)),
     )
     trajectory.misattributed_scores += trajectory.set_versions(turn_start, turn.versions)
+    if turn.routed_experts is not None:
+        trajectory.record_routing(turn.routed_experts)
     return turn
 
 

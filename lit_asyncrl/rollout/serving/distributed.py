@@ -53,7 +53,7 @@ def split_by_groups(batch: dict, parts: int) -> list[dict]:
         length = int(batch["attention_mask"][rows].sum(dim=1).max()) if rows.stop > rows.start else 0
         shard = {}
         for key, value in batch.items():
-            if isinstance(value, torch.Tensor) and value.dim() == 2:
+            if isinstance(value, torch.Tensor) and value.dim() >= 2:  # [B, T, ...]: per position
                 shard[key] = value[rows, :length]
             elif isinstance(value, torch.Tensor) and value.dim() == 1:
                 shard[key] = value[rows]
