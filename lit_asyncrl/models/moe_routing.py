@@ -193,26 +193,30 @@ def follow_batch_routing(model: torch.nn.Module) -> None:
     choice differs from the recorded one and, with `BatchRouting.replay`, take the recorded experts.
     The hooks stay for the model's life (a forward outside `applied` is not touched); a dense model
     gets none."""
-
-    def follow(layer: int):
-        def hook(module, inputs, output):
-            routing = _APPLIED.get()
-            if routing is None:
-                return None
-            top_k = routing.experts.shape[-1]
-            given = routing.experts[:, :, layer].reshape(-1, top_k).to(output[2].device, torch.long)
-            _check_routing_shape(module, output, given)
-            recorded = (given >= 0).all(dim=-1)
-            same = (output[2].sort(dim=-1).values == given.sort(dim=-1).values).all(dim=-1)
-            routing.flipped += int((recorded & ~same).sum())
-            routing.compared += int(recorded.sum())
-            return _replayed(module, output, given) if routing.replay else None
-
-        return hook
-
     for name, module in model.named_modules():
         if is_topk_router(module):
-            module.register_forward_hook(follow(decoder_layer_index(name)))
+            module.register_forward_hook(_FollowBatchRouting(decoder_layer_index(name)))
+
+
+class _FollowBatchRouting:
+    """One router's hook for `follow_batch_routing` (a class, not a closure, so that a model holding it
+    can still be pickled: a Ray actor's or a spawned process's copy)."""
+
+    def __init__(self, layer: int) -> None:
+        self.layer = layer
+
+    def __call__(self, router: torch.nn.Module, inputs: tuple, output: tuple) -> tuple | None:
+        routing = _APPLIED.get()
+        if routing is None:
+            return None
+        top_k = routing.experts.shape[-1]
+        given = routing.experts[:, :, self.layer].reshape(-1, top_k).to(output[2].device, torch.long)
+        _check_routing_shape(router, output, given)
+        recorded = (given >= 0).all(dim=-1)
+        same = (output[2].sort(dim=-1).values == given.sort(dim=-1).values).all(dim=-1)
+        routing.flipped += int((recorded & ~same).sum())
+        routing.compared += int(recorded.sum())
+        return _replayed(router, output, given) if routing.replay else None
 
 
 def decoder_layer_index(module_name: str) -> int:

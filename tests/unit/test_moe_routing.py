@@ -197,3 +197,11 @@ def test_a_routers_layer_is_read_from_its_name_as_the_engine_numbers_layers():
     assert decoder_layer_index("base_model.model.model.layers.11.mlp.gate") == 11
     with pytest.raises(ValueError, match="which decoder layer 'gate' belongs to"):
         decoder_layer_index("gate")
+
+
+def test_a_policy_that_follows_batch_routing_can_still_be_pickled(following):
+    import pickle
+
+    copied = pickle.loads(pickle.dumps(following))
+    with torch.no_grad():
+        assert torch.equal(copied(TOKENS).logits, following(TOKENS).logits)
