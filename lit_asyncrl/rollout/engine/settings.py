@@ -139,6 +139,8 @@ def engine_args(
     taking its weights by a route that needs `route_arguments` (`WeightRoute.engine_arguments`)."""
     from vllm import AsyncEngineArgs
 
+    # The routing capture and the staged route live in one worker extension: a run with both names it once.
+    capture = {"worker_extension_cls": ENGINE_WORKER_EXTENSION} if config.capture_routing else {}
     return AsyncEngineArgs(
         model=model_path,
         dtype=config.dtype,
@@ -158,8 +160,7 @@ def engine_args(
         # failed to start in a two-engine run).
         disable_log_stats=True,
         **parallelism_args(config, device_type),
-        **({"worker_extension_cls": ENGINE_WORKER_EXTENSION} if config.capture_routing else {}),
-        **route_arguments,
+        **(capture | route_arguments),
     )
 
 

@@ -122,6 +122,9 @@ def test_vllm_is_told_the_backend_of_its_weight_transfer_api_and_nothing_for_fil
     )
     staged = local_route(EngineSettings(weight_transfer="staged"), adapters=None, max_loras=4).engine_arguments()
     assert staged == {"worker_extension_cls": "lit_asyncrl.rollout.engine.worker_extension.EngineWorkerExtension"}
+    # An MoE that records its routing and takes staged weights: one extension does both.
+    both = engine_args("model", EngineSettings(capture_routing=True), "cpu", 0, staged)
+    assert both.worker_extension_cls == "lit_asyncrl.rollout.engine.worker_extension.EngineWorkerExtension"
 
 
 def test_the_trainer_opens_a_group_for_itself_and_every_engine_worker():
