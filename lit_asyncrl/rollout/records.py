@@ -128,13 +128,15 @@ class Trajectory:
 
     def record_routing(self, routing: torch.Tensor) -> None:
         """Keep the routing a turn's request recorded ([positions, layers, top_k] from the first position of
-        the episode on). A position the request took from the engine's prefix cache (-1) keeps the routing
-        the turn that computed it recorded."""
+        the episode on) where no earlier turn recorded one. A position keeps the routing of the turn that
+        first computed it: that forward gave the logits of the token after it, sampled in that turn, so a
+        later turn that computed it again (its prefix cache emptied by a weight push, under a newer version)
+        must not replace it."""
         if self.routed_experts is not None:
-            earlier = self.routed_experts[: len(routing)]
             routing = routing.clone()
+            earlier = self.routed_experts
             head = routing[: len(earlier)]
-            routing[: len(earlier)] = torch.where(head >= 0, head, earlier)
+            routing[: len(earlier)] = torch.where((earlier >= 0).all(dim=-1, keepdim=True), earlier, head)
         self.routed_experts = routing
 
     def unscored_positions(self) -> list[int]:

@@ -65,7 +65,7 @@ def _routing(rows: list[list[list[int]]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int16)
 
 
-def test_a_later_turns_routing_replaces_an_earlier_ones_except_where_it_took_the_prefix_cache():
+def test_a_position_keeps_the_routing_of_the_turn_that_first_computed_it():
     trajectory = Trajectory(group_id=0)
     trajectory.extend_context([1, 16])
     trajectory.extend_policy([7, 13], [-0.1, -0.2], [0, 0])
@@ -75,7 +75,9 @@ def test_a_later_turns_routing_replaces_an_earlier_ones_except_where_it_took_the
     trajectory.extend_policy([8], [-0.3], [1])
     # Turn 2's request: positions 0-1 from the prefix cache (-1), 2-4 computed again under version 1.
     trajectory.record_routing(_routing([[[-1, -1]], [[-1, -1]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]))
-    assert trajectory.routed_experts.tolist() == [[[0, 1]], [[2, 3]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]
+    # Position 2 gave the logits of token 13, sampled in turn 1: its turn-1 routing stays; positions 3-4
+    # were first computed in turn 2.
+    assert trajectory.routed_experts.tolist() == [[[0, 1]], [[2, 3]], [[4, 5]], [[0, 2]], [[1, 3]], [[-1, -1]]]
 
 
 def test_the_batch_carries_the_recorded_routing_padded_with_no_choice_and_nothing_without_one():
