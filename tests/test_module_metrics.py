@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from lit_asyncrl.module import _reference_gap_metrics, freeze_all_but_last_layers
+from lit_asyncrl.module import freeze_all_but_last_layers
+from lit_asyncrl.step_metrics import reference_gap_metrics
 
 
 def test_reference_gap_ignores_context_and_unscored_tokens_and_splits_by_version_gap():
@@ -16,7 +17,7 @@ def test_reference_gap_ignores_context_and_unscored_tokens_and_splits_by_version
     gap = torch.tensor([[0, 0, 1, 5, 4]])
     # policy tokens: |-1 + 1.5| = 0.5 (gap 0), NaN (unscored, left out), |-2 + 1.75| = 0.25 and
     # |-3 + 2| = 1.0 (gaps 5 and 4: bucket gap_4plus); nothing scored at gap 1, so no gap_1 entries.
-    assert _reference_gap_metrics(ref, mu, policy, gap) == {
+    assert reference_gap_metrics(ref, mu, policy, gap) == {
         "train/ref_behavior_logratio_absmax": 1.0,
         "train/ref_behavior_logratio_absmean": pytest.approx(1.75 / 3, abs=1e-7),
         "train/ref_behavior_logratio_absmax/gap_0": 0.5,
@@ -28,8 +29,8 @@ def test_reference_gap_ignores_context_and_unscored_tokens_and_splits_by_version
 
 def test_no_reference_or_nothing_scored_logs_nothing():
     mu, gap = torch.zeros(1, 2), torch.zeros(1, 2, dtype=torch.long)
-    assert _reference_gap_metrics(None, mu, torch.ones(1, 2, dtype=torch.bool), gap) == {}
-    assert _reference_gap_metrics(torch.full((1, 2), math.nan), mu, torch.ones(1, 2, dtype=torch.bool), gap) == {}
+    assert reference_gap_metrics(None, mu, torch.ones(1, 2, dtype=torch.bool), gap) == {}
+    assert reference_gap_metrics(torch.full((1, 2), math.nan), mu, torch.ones(1, 2, dtype=torch.bool), gap) == {}
 
 
 def tiny_llm(layers: int = 3) -> Qwen3ForCausalLM:

@@ -129,9 +129,9 @@ class Trajectory:
     def record_routing(self, routing: torch.Tensor) -> None:
         """Keep the routing a turn's request recorded ([positions, layers, top_k] from the first position of
         the episode on) where no earlier turn recorded one. A position keeps the routing of the turn that
-        first computed it: that forward gave the logits of the token after it, sampled in that turn, so a
-        later turn that computed it again (its prefix cache emptied by a weight push, under a newer version)
-        must not replace it."""
+        first computed it: that forward gave the logits of the token after it, sampled in that turn. A later
+        turn that computed it again (its prefix cache emptied by a weight push, under a newer version) may
+        have routed it otherwise; one routing per position cannot hold both (docs/models.md)."""
         if self.routed_experts is not None:
             routing = routing.clone()
             earlier = self.routed_experts
