@@ -46,7 +46,7 @@ def check_routing_replay(module: AsyncRLModule, capture_routing: bool) -> None:
         raise ValueError(
             f"model.routing_replay=true with reference={reference_name(module.reference)}: it scores pi_old "
             "while turns are still in flight, before the engine hands over their routing; use reference=snapshot "
-            "or ewma (exact and proxy pi_old scored in the training step under the engine's routing)"
+            "or ewma (pi_old scored in the training step, under the engine's routing)"
         )
 
 
