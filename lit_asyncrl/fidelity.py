@@ -134,7 +134,9 @@ class ReferenceFidelity:
             return None
         current = live_logprobs.detach()
         at_previous = torch.where(inputs.loss_mask, previous, batch["versions"])
-        return (current - self.exact.logprobs_under(batch, at_previous, current)).abs()
+        # An MoE's forwards both follow each position's newest routing: the drift of the weights alone.
+        previous_logprobs = self.exact.logprobs_under(batch, at_previous, current, routing_of_versions=False)
+        return (current - previous_logprobs).abs()
 
 
 def fidelity_metrics(

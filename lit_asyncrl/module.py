@@ -219,7 +219,9 @@ class AsyncRLModule(L.LightningModule):
         version_gap = torch.where(loss_mask, self.global_step - batch["versions"], 0)  # [B, T]
         routing = None
         if "routed_experts" in batch:  # an MoE's batch with the engine's routing
-            routing = BatchRouting(batch["routed_experts"], replay=self.hparams.routing_replay)
+            routing = BatchRouting(
+                batch["routed_experts"], batch["routed_experts_versions"], replay=self.hparams.routing_replay
+            )
             batch[BATCH_ROUTING] = routing  # the references' forwards follow it too (`batch_routing_of`)
         with applied(routing):
             logits, start = policy_logits(self.policy, batch["input_ids"], batch["attention_mask"], loss_mask)

@@ -12,9 +12,10 @@ per routed layer, returning the router logits, the chosen experts' weights and t
 replaying are forward hooks on them, so the model's own forward runs unchanged. A routing is one tensor
 per router, in layer order, of shape (tokens, top_k): the tokens of the forward's batch flattened.
 
-In training, a batch carries the engine's routing of its positions ([B, T, layers, top_k], `BatchRouting`);
-the policy's routers follow it (`follow_batch_routing`) in every forward run under `applied`, which the
-training step and the references that score a batch in it (snapshots, the EWMA) enter around their forwards.
+In training, a batch carries the engine's routing of its positions under each weight version that computed
+them (`BatchRouting`); the policy's routers follow it (`follow_batch_routing`) in every forward run under
+`applied`, which the training step and the references that score a batch in it enter around their forwards:
+each snapshot follows its own version's routing, the live weights and the EWMA each position's newest.
 """
 
 from __future__ import annotations
@@ -136,41 +137,74 @@ def routing_disagreement(first: Sequence[torch.Tensor], second: Sequence[torch.T
 class BatchRouting:
     """The experts the engine chose for a batch's positions, for the forwards that score the batch.
 
+    The engine may have computed a position under several weight versions (a push computes the positions of
+    the requests in flight again), each with its own routing: a forward follows one version's (`version`,
+    the snapshot of the version that sampled the tokens it scores) or each position's newest (None: the live
+    weights, the EWMA).
+
     Attributes:
-        experts: [B, T, layers, top_k] expert ids, -1 where the engine recorded none (a position it
-            took from its prefix cache, the last token of a turn, padding, an episode restored from a
-            checkpoint).
-        replay: the routers take these experts (routing replay); False: they keep their own choice and
+        recorded: [B, T, S, layers, top_k] a position's routing under each version that computed it, -1 where
+            a slot holds none (`collate`'s `routed_experts`).
+        recorded_versions: [B, T, S] the version of each slot's routing, NO_VERSION where it holds none.
+        replay: the routers take the followed experts (routing replay); False: they keep their own choice and
             the forwards only count where it differs.
+        version: the version whose routing the forwards follow; None: each position's newest.
+        experts: [B, T, layers, top_k] what the forwards follow: -1 where the engine recorded none (a
+            position it took from its prefix cache, the last token of a turn, padding, an episode restored
+            from a checkpoint, a position `version` never computed).
         flipped: (position, layer) pairs, over the forwards run under this routing, whose router's own
-            top-k set differs from the recorded one; `compared`: the pairs with a recorded choice.
+            top-k set differs from the followed one; `compared`: the pairs with a recorded choice.
     """
 
-    experts: torch.Tensor
+    recorded: torch.Tensor
+    recorded_versions: torch.Tensor
     replay: bool
+    version: int | None = None
     flipped: int = 0
     compared: int = 0
+    experts: torch.Tensor = dataclasses.field(init=False)
 
-    def rows(self, rows: torch.Tensor | slice) -> BatchRouting:
-        """The routing of the batch's sequences `rows` (a forward over only those), counted apart."""
-        return BatchRouting(self.experts[rows], self.replay)
+    def __post_init__(self) -> None:
+        if self.version is None:
+            self.experts = _newest(self.recorded, self.recorded_versions)
+        else:
+            self.experts = _at_version(self.recorded, self.recorded_versions, self.version)
+
+    def rows(self, rows: torch.Tensor | slice, version: int | None = None) -> BatchRouting:
+        """The routing of the batch's sequences `rows` under `version` (None: each position's newest), for a
+        forward over only those, counted apart."""
+        return BatchRouting(self.recorded[rows], self.recorded_versions[rows], self.replay, version)
 
     @property
     def flipped_share(self) -> float:
         return self.flipped / self.compared if self.compared else 0.0
 
 
+def _newest(recorded: torch.Tensor, recorded_versions: torch.Tensor) -> torch.Tensor:
+    """[B, T, layers, top_k]: each position's routing under the newest version that computed it."""
+    newest_slot = recorded_versions.argmax(dim=-1)  # a position no version computed: a slot of -1s
+    index = newest_slot[:, :, None, None, None].expand(-1, -1, 1, *recorded.shape[3:])
+    return recorded.gather(2, index).squeeze(2)
+
+
+def _at_version(recorded: torch.Tensor, recorded_versions: torch.Tensor, version: int) -> torch.Tensor:
+    """[B, T, layers, top_k]: each position's routing under `version` (-1 where it computed none)."""
+    # At most one slot of a position holds a version: the others give -1, below any expert id.
+    chosen = recorded_versions == version
+    return torch.where(chosen[..., None, None], recorded, -1).amax(dim=2).to(recorded.dtype)
+
+
 #: The batch key of a training batch's `BatchRouting` (set by the module from its `routed_experts`).
 BATCH_ROUTING = "routing"
 
 
-def batch_routing_of(batch: dict, rows: torch.Tensor | None = None) -> BatchRouting | None:
-    """The routing a forward over `batch`'s sequences `rows` (None: all) follows, counted apart from the
-    training forward's; None when the batch carries none."""
+def batch_routing_of(batch: dict, rows: torch.Tensor | None = None, version: int | None = None) -> BatchRouting | None:
+    """The routing a forward over `batch`'s sequences `rows` (None: all) follows: `version`'s (None: each
+    position's newest), counted apart from the training forward's; None when the batch carries none."""
     routing = batch.get(BATCH_ROUTING)
     if routing is None:
         return None
-    return routing.rows(slice(None) if rows is None else rows)
+    return routing.rows(slice(None) if rows is None else rows, version)
 
 
 #: The batch routing the forwards in progress follow (`applied`); None outside.

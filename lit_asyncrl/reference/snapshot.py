@@ -8,7 +8,7 @@ from asyncrl_callbacks import SnapshotRetention
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_asyncrl.config_keys import config_key
-from lit_asyncrl.models.moe_routing import applied, batch_routing_of
+from lit_asyncrl.models.moe_routing import BATCH_ROUTING, applied, batch_routing_of
 from lit_asyncrl.reference.base import ReferenceSource
 from lit_asyncrl.rollout.service import RolloutService, require_service
 from lit_asyncrl.scoring import logits_to_token_logprobs
@@ -121,27 +121,25 @@ class SnapshotReference(ReferenceSource):
             self._retention.release_unreferenced(self._rollouts.live_versions())
         return ref_logprobs
 
-    def logprobs_under(self, batch: dict, versions: torch.Tensor, current_logprobs: torch.Tensor) -> torch.Tensor:
-        """Each policy token of `batch` scored under the snapshot of `versions` [B, T] (releases nothing)."""
-        input_ids = batch["input_ids"]
-        attention_mask = batch["attention_mask"]
+    def logprobs_under(
+        self, batch: dict, versions: torch.Tensor, current_logprobs: torch.Tensor, routing_of_versions: bool = True
+    ) -> torch.Tensor:
+        """Each policy token of `batch` scored under the snapshot of `versions` [B, T] (releases nothing).
 
-        def score(forward, rows: torch.Tensor) -> torch.Tensor:
-            with applied(batch_routing_of(batch, rows)):  # an MoE's routers follow the engine's routing
-                logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
-            return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
-
+        An MoE's batch with the engine's routing: with `routing_of_versions` each snapshot's forward follows the
+        routing the engine computed under that version (the one the tokens it scores were sampled under), so
+        the versions are scored one call each; otherwise every forward follows each position's newest routing,
+        as the live weights' does (the policy's drift between versions under one routing)."""
         # Tokens of a version without a snapshot (restored from a checkpoint written without it, e.g.
         # before fidelity=true was added) get NaN: the loss masks and counts them (train/nonfinite_tokens).
         missing = batch["loss_mask"] & ~self._resident(versions)
-        # The module's live log-probs are scored with dropout off (`ReferenceSource.ref_logprobs`).
-        scores = self._retention.historical_logprobs(
-            versions,
-            batch["loss_mask"] & ~missing,
-            score,
-            current_logprobs=current_logprobs.detach(),
-            current_logprobs_without_dropout=True,
-        )
+        scored = batch["loss_mask"] & ~missing
+        if BATCH_ROUTING in batch and routing_of_versions:
+            scores = torch.zeros(versions.shape, device=versions.device)
+            for version in versions[scored].unique().tolist():  # 0 outside each version's tokens
+                scores += self._historical(batch, versions, scored & (versions == version), current_logprobs, version)
+        else:
+            scores = self._historical(batch, versions, scored, current_logprobs)
         if missing.any() and not self._warned_missing:
             self._warned_missing = True
             rank_zero_warn(
@@ -150,6 +148,29 @@ class SnapshotReference(ReferenceSource):
                 "so the loss leaves them out and counts them in train/nonfinite_tokens"
             )
         return scores.masked_fill(missing, float("nan"))
+
+    def _historical(
+        self,
+        batch: dict,
+        versions: torch.Tensor,
+        scored: torch.Tensor,
+        current_logprobs: torch.Tensor,
+        routing_version: int | None = None,
+    ) -> torch.Tensor:
+        """The `scored` tokens under their versions' snapshots (0 elsewhere); an MoE's forwards follow the
+        engine's routing under `routing_version` (None: each position's newest)."""
+        input_ids = batch["input_ids"]
+        attention_mask = batch["attention_mask"]
+
+        def score(forward, rows: torch.Tensor) -> torch.Tensor:
+            with applied(batch_routing_of(batch, rows, routing_version)):
+                logits = forward(input_ids=input_ids[rows], attention_mask=attention_mask[rows]).logits
+            return logits_to_token_logprobs(logits, input_ids[rows], batch["temperature"], batch["top_k"])
+
+        # The module's live log-probs are scored with dropout off (`ReferenceSource.ref_logprobs`).
+        return self._retention.historical_logprobs(
+            versions, scored, score, current_logprobs=current_logprobs.detach(), current_logprobs_without_dropout=True
+        )
 
     def _resident(self, versions: torch.Tensor) -> torch.Tensor:
         resident = torch.tensor(self._retention.versions, dtype=versions.dtype, device=versions.device)

@@ -72,8 +72,9 @@ class Trajectory:
     #: producer files them beside this one (same reward and advantage); never checkpointed in here.
     later_segments: list[Trajectory] = dataclasses.field(default_factory=list)
     #: With `rollout.capture_routing` (a mixture-of-experts policy), the experts the engine routed each
-    #: position to, [positions, layers, top_k] (int16, -1 where it recorded none): routing replay's input.
-    routed_experts: torch.Tensor | None = None
+    #: position to under each weight version that computed it: version -> [positions, layers, top_k] (int16,
+    #: -1 where that version computed none). Routing replay's input (`record_routing`).
+    routed_experts: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     def record_step_info(self, info: dict) -> None:
         """Add what one step's `info` reports: a tool task's calls, errors and leniently taken arguments
@@ -126,18 +127,17 @@ class Trajectory:
                 invalidated += 1
         return invalidated
 
-    def record_routing(self, routing: torch.Tensor) -> None:
-        """Keep the routing a turn's request recorded ([positions, layers, top_k] from the first position of
-        the episode on) where no earlier turn recorded one. A position keeps the routing of the turn that
-        first computed it: that forward gave the logits of the token after it, sampled in that turn. A later
-        turn that computed it again (its prefix cache emptied by a weight push, under a newer version) may
-        have routed it otherwise; one routing per position cannot hold both (docs/models.md)."""
-        if self.routed_experts is not None:
-            routing = routing.clone()
-            earlier = self.routed_experts
-            head = routing[: len(earlier)]
-            routing[: len(earlier)] = torch.where((earlier >= 0).all(dim=-1, keepdim=True), earlier, head)
-        self.routed_experts = routing
+    def record_routing(self, routing: dict[int, torch.Tensor]) -> None:
+        """Add what a turn's request recorded: per weight version, the experts of the positions it computed under
+        that version ([positions, layers, top_k] from the episode's first position on, -1 elsewhere).
+
+        Each version keeps its own routing: a token was sampled from positions computed under its version, and a
+        weight push computes the earlier positions again under the next version, whose routers may choose
+        otherwise. Within one version, a position computed again (a later turn that missed the prefix cache)
+        takes the later routing: the one every token after it attended to."""
+        for version, recorded in routing.items():
+            earlier = self.routed_experts.get(version)
+            self.routed_experts[version] = recorded if earlier is None else _overlaid(earlier, recorded)
 
     def unscored_positions(self) -> list[int]:
         """Policy-token positions that have no pi_old yet."""
@@ -161,6 +161,15 @@ class Trajectory:
     def segments(self) -> list[Trajectory]:
         """This trajectory and its `later_segments`: what the episode trains on."""
         return [self, *self.later_segments]
+
+
+def _overlaid(earlier: torch.Tensor, later: torch.Tensor) -> torch.Tensor:
+    """`earlier` [positions, layers, top_k] with `later`'s routing wherever `later` recorded one."""
+    merged = torch.full((max(len(earlier), len(later)), *later.shape[1:]), -1, dtype=later.dtype)
+    merged[: len(earlier)] = earlier
+    recorded = (later >= 0).all(dim=-1, keepdim=True)
+    merged[: len(later)] = torch.where(recorded, later, merged[: len(later)])
+    return merged
 
 
 def task_columns(trajectories: list[Trajectory], task_names: tuple[str, ...]) -> dict:
@@ -215,7 +224,7 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
     in_loss = torch.tensor([t.in_loss for t in trajectories], dtype=torch.bool)  # [B]
     loss_mask = padded([t.loss_mask for t in trajectories], False, torch.bool) & in_loss[:, None]  # [B, T]
     advantages = torch.tensor([t.advantage for t in trajectories], dtype=torch.float32)  # [B]
-    routing = _routing_column(trajectories, length)
+    routing = _routing_columns(trajectories, length)
     return {
         **routing,
         "input_ids": padded([t.token_ids for t in trajectories], pad_id, torch.long),
@@ -232,15 +241,22 @@ def collate(trajectories: list[Trajectory], pad_id: int) -> dict[str, torch.Tens
     }
 
 
-def _routing_column(trajectories: list[Trajectory], length: int) -> dict[str, torch.Tensor]:
-    """`routed_experts` [B, T, layers, top_k] (-1 where none was recorded) when an episode of the batch
-    carries a routing; nothing otherwise."""
-    recorded = [t.routed_experts for t in trajectories if t.routed_experts is not None]
+def _routing_columns(trajectories: list[Trajectory], length: int) -> dict[str, torch.Tensor]:
+    """When an episode of the batch carries a routing: `routed_experts` [B, T, S, layers, top_k], a position's
+    recorded routing under each weight version that computed it (S: the most versions of a row; -1 where a
+    slot holds none), and `routed_experts_versions` [B, T, S], the version each slot's routing was computed
+    under (NO_VERSION where the slot holds none). Per position, so a split by rows and length keeps them whole.
+    Nothing when no episode carries a routing."""
+    recorded = [routing for t in trajectories for routing in t.routed_experts.values()]
     if not recorded:
         return {}
-    column = torch.full((len(trajectories), length, *recorded[0].shape[1:]), -1, dtype=torch.int16)
+    slots = max(len(t.routed_experts) for t in trajectories)
+    experts = torch.full((len(trajectories), length, slots, *recorded[0].shape[1:]), -1, dtype=torch.int16)
+    versions = torch.full((len(trajectories), length, slots), NO_VERSION, dtype=torch.long)
     for row, trajectory in enumerate(trajectories):
-        if trajectory.routed_experts is not None:
-            positions = min(len(trajectory.routed_experts), length)
-            column[row, :positions] = trajectory.routed_experts[:positions]
-    return {"routed_experts": column}
+        for slot, version in enumerate(sorted(trajectory.routed_experts)):
+            routing = trajectory.routed_experts[version][:length]
+            experts[row, : len(routing), slot] = routing
+            computed = (routing >= 0).flatten(start_dim=1).any(dim=1)
+            versions[row, : len(routing), slot] = torch.where(computed, version, NO_VERSION)
+    return {"routed_experts": experts, "routed_experts_versions": versions}

@@ -1,6 +1,6 @@
 """The real engine with the tiny mixture-of-experts policy (`model=tiny_moe`): one turn spans a weight
-update pushed by the staged route (the one an MoE takes on CPU: `weights/choice.py`), and every token's
-mu equals the trainer's log-prob at its own version."""
+update pushed by the staged route (the one an MoE takes on CPU: `weights/choice.py`), every token's
+mu equals the trainer's log-prob at its own version, and the experts each version routed to are recorded."""
 
 import pytest
 import torch
@@ -21,9 +21,9 @@ def routing(model, prompt, turn):
     return [layer.clone() for layer in chosen]
 
 
-def test_a_turn_across_an_update_matches_each_tokens_own_version():
+def test_a_turn_across_an_update_matches_each_tokens_own_version_and_records_each_versions_routing():
     path = resolve_model_path("tiny_moe")
-    engine = started_engine(path, weight_transfer="staged")
+    engine = started_engine(path, weight_transfer="staged", capture_routing=True)
     try:
         model, new_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), moved_policy(path)
         prompt, temperature = [1], 0.8
@@ -35,6 +35,17 @@ def test_a_turn_across_an_update_matches_each_tokens_own_version():
     check_each_token_matches_its_version(turn, cut, model, new_model, prompt, temperature)
     # The update moved the routers too: some tokens go to other experts under the new version.
     assert routing_disagreement(routing(model, prompt, turn), routing(new_model, prompt, turn)) > 0
+    # The engine recorded each version's routing: version 0 of the positions before the push (the prompt and
+    # the old tokens but the last), version 1 of every position again (the push computed them anew).
+    assert turn.routed_experts.keys() == {0, 1}
+    for version, policy, computed in (
+        (0, model, len(prompt) + cut - 1),
+        (1, new_model, len(prompt) + len(turn.token_ids) - 1),
+    ):
+        recorded = turn.routed_experts[version].long()
+        assert recorded.shape == (computed, 2, 2) and (recorded >= 0).all()
+        for layer, chosen in enumerate(routing(policy, prompt, turn)):
+            assert torch.equal(recorded[:, layer].sort(dim=-1).values, chosen[:computed].sort(dim=-1).values)
 
 
 def engine_turns(dtype: str, prompts: list[list[int]], tokens: int):
@@ -66,7 +77,8 @@ def test_the_engine_records_the_experts_each_position_went_to():
     prompts = [[1, 17, 23, 5], [1, 40, 2]]  # two requests in one batch: the recorder splits the batch's rows
     turns, model = engine_turns("float32", prompts, tokens=48)
     for prompt, turn in zip(prompts, turns):
-        recorded = torch.as_tensor(turn.routed_experts).long()
+        assert turn.routed_experts.keys() == {0}  # no push: one version computed everything
+        recorded = turn.routed_experts[0].long()
         # Every position the engine computed: the prompt and each sampled token but the last (never an input).
         assert recorded.shape == (len(prompt) + len(turn.token_ids) - 1, 2, 2)
         for layer, chosen in enumerate(routing(model, prompt, turn)):
@@ -82,7 +94,7 @@ def test_replaying_a_bf16_engines_routing_brings_its_flipped_tokens_to_the_other
     turns, model = engine_turns("bfloat16", prompts, tokens=200)
     without, replayed, flipped = [], [], []
     for prompt, turn in zip(prompts, turns):
-        recorded = torch.as_tensor(turn.routed_experts).long()
+        recorded = turn.routed_experts[0].long()
         own = routing(model, prompt, turn)
         computed = recorded.shape[0]
         # The last position is never an input: the trainer's own routing stands in there.

@@ -1,4 +1,5 @@
-"""Reference sources in real runs (exact routes, async recompute, PPO-EWMA), through the Hydra entry."""
+"""Reference sources in real runs (exact routes, async recompute, PPO-EWMA, an MoE under routing replay), through
+the Hydra entry."""
 
 import pytest
 
@@ -8,8 +9,9 @@ from tests.support.runs import STALE_RUN, read_rows, run_hydra
 pytestmark = pytest.mark.engine
 
 
-#: The sweep's jobs, in order: the three exact routes, async recompute and PPO-EWMA.
-SWEPT_EXPERIMENTS = ["snapshot", "interrupt_sync", "dedicated", "decoupled_async", "ppo_ewma"]
+#: The sweep's jobs, in order: the three exact routes, async recompute, PPO-EWMA, and snapshots of a
+#: mixture of experts under the engine's routing.
+SWEPT_EXPERIMENTS = ["snapshot", "interrupt_sync", "dedicated", "decoupled_async", "ppo_ewma", "moe_routing_replay"]
 
 
 def run_reference_sweep(sweep_dir) -> tuple[dict[str, object], str]:
@@ -40,6 +42,8 @@ def test_each_reference_route_keeps_its_promise_in_one_sweep(tmp_path, subtests)
         check_async_recompute(job_dirs["decoupled_async"], console)
     with subtests.test("PPO-EWMA starts from the warmed-up weights and logs its state"):
         check_ppo_ewma(job_dirs["ppo_ewma"])
+    with subtests.test("an MoE's snapshots stay exact, each under the routing its version used"):
+        check_routing_replay(job_dirs["moe_routing_replay"])
 
 
 def check_snapshot(run_dir) -> None:
@@ -48,6 +52,14 @@ def check_snapshot(run_dir) -> None:
         assert 1 <= row["snapshot/version_shards_per_batch"] <= 4
         assert row["snapshot/resident"] <= 5  # max_version_gap + 1 plus the newest version
     assert any(row["snapshot/historical_shards_per_batch"] >= 1 for row in rows)
+
+
+def check_routing_replay(run_dir) -> None:
+    # Each snapshot's pi_old takes the experts the engine chose under that snapshot's version: with an fp32
+    # engine pi_old is then mu itself at every gap, so a routing of another version (or replayed at the wrong
+    # positions, or of another request) would break the exact route's checks.
+    rows = check_exact_route(run_dir)
+    assert all(0 <= row["train/routing_flipped"] <= 1 for row in rows)
 
 
 def check_async_recompute(run_dir, console: str) -> None:

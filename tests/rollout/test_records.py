@@ -65,33 +65,70 @@ def _routing(rows: list[list[list[int]]]) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int16)
 
 
-def test_a_position_keeps_the_routing_of_the_turn_that_first_computed_it():
+def test_each_version_keeps_its_own_routing_and_a_later_computation_under_one_version_wins():
     trajectory = Trajectory(group_id=0)
     trajectory.extend_context([1, 16])
     trajectory.extend_policy([7, 13], [-0.1, -0.2], [0, 0])
-    # Turn 1's request: positions 0-2 computed (the last sampled token never is), one layer, top-2.
-    trajectory.record_routing(_routing([[[0, 1]], [[2, 3]], [[4, 5]], [[-1, -1]]]))
+    # Turn 1's request under version 0: positions 0-2 computed (the last sampled token never is), one layer, top-2.
+    trajectory.record_routing({0: _routing([[[0, 1]], [[2, 3]], [[4, 5]], [[-1, -1]]])})
     trajectory.extend_context([19])
-    trajectory.extend_policy([8], [-0.3], [1])
-    # Turn 2's request: positions 0-1 from the prefix cache (-1), 2-4 computed again under version 1.
-    trajectory.record_routing(_routing([[[-1, -1]], [[-1, -1]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]))
-    # Position 2 gave the logits of token 13, sampled in turn 1: its turn-1 routing stays; positions 3-4
-    # were first computed in turn 2.
-    assert trajectory.routed_experts.tolist() == [[[0, 1]], [[2, 3]], [[4, 5]], [[0, 2]], [[1, 3]], [[-1, -1]]]
+    trajectory.extend_policy([8, 9], [-0.3, -0.4], [0, 1])
+    # Turn 2's request: positions 0-1 from the prefix cache (-1) and 2-4 computed under version 0; then a push
+    # computed positions 0-5 again under version 1.
+    trajectory.record_routing(
+        {
+            0: _routing([[[-1, -1]], [[-1, -1]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]),
+            1: _routing([[[3, 4]], [[5, 6]], [[7, 0]], [[1, 2]], [[3, 5]], [[2, 6]], [[-1, -1]]]),
+        }
+    )
+    assert trajectory.routed_experts.keys() == {0, 1}
+    # Under version 0, position 2 computed again in turn 2 takes that routing; 0-1 keep turn 1's.
+    assert trajectory.routed_experts[0].tolist() == [[[0, 1]], [[2, 3]], [[6, 7]], [[0, 2]], [[1, 3]], [[-1, -1]]]
+    assert trajectory.routed_experts[1].tolist() == [
+        [[3, 4]],
+        [[5, 6]],
+        [[7, 0]],
+        [[1, 2]],
+        [[3, 5]],
+        [[2, 6]],
+        [[-1, -1]],
+    ]
 
 
-def test_the_batch_carries_the_recorded_routing_padded_with_no_choice_and_nothing_without_one():
+def test_the_batch_carries_each_positions_routing_per_version_padded_with_none_and_nothing_without_one():
     routed = Trajectory(group_id=0)
     routed.extend_context([1, 16, 5])
-    routed.extend_policy([7], [-0.1], [0])
-    routed.record_routing(_routing([[[0, 1], [2, 3]], [[4, 5], [6, 7]]]))  # two layers, two positions
+    routed.extend_policy([7], [-0.1], [3])
+    # Two layers; version 2 computed positions 0-1, version 3 positions 0-2.
+    routed.record_routing(
+        {
+            3: _routing([[[1, 2], [3, 4]], [[5, 6], [7, 0]], [[2, 4], [6, 1]]]),
+            2: _routing([[[0, 1], [2, 3]], [[4, 5], [6, 7]]]),
+        }
+    )
+    other = Trajectory(group_id=1)
+    other.extend_context([1, 8])
+    other.extend_policy([4], [-0.2], [3])
+    other.record_routing({3: _routing([[[7, 6], [5, 4]]])})
     restored = Trajectory(group_id=0)  # an episode restored without its routing
     restored.extend_context([1, 8])
-    batch = collate([routed, restored], pad_id=0)
-    none = [-1, -1]
+    batch = collate([routed, other, restored], pad_id=0)
+    none = [[-1, -1], [-1, -1]]
     assert batch["routed_experts"].dtype == torch.int16
+    # [B, T, slots, layers, top_k], a row's slots in ascending version.
     assert batch["routed_experts"].tolist() == [
-        [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [none, none], [none, none]],
-        [[none, none], [none, none], [none, none], [none, none]],
+        [
+            [[[0, 1], [2, 3]], [[1, 2], [3, 4]]],
+            [[[4, 5], [6, 7]], [[5, 6], [7, 0]]],
+            [none, [[2, 4], [6, 1]]],
+            [none, none],
+        ],
+        [[[[7, 6], [5, 4]], none], [none, none], [none, none], [none, none]],
+        [[none, none]] * 4,
+    ]
+    assert batch["routed_experts_versions"].tolist() == [
+        [[2, 3], [2, 3], [-1, 3], [-1, -1]],
+        [[3, -1], [-1, -1], [-1, -1], [-1, -1]],
+        [[-1, -1]] * 4,
     ]
     assert "routed_experts" not in collate([restored], pad_id=0)

@@ -8,11 +8,19 @@ from tests.support.runs import SMALL_KV_CACHE_GIB
 
 
 def started_engine(
-    model_path, dtype: str = "float32", weight_transfer: str = "file", max_model_len: int = 256
+    model_path,
+    dtype: str = "float32",
+    weight_transfer: str = "file",
+    max_model_len: int = 256,
+    capture_routing: bool = False,
 ) -> VLLMEngine:
     """A started engine on `model_path` (~20 s for the tiny policy); the caller shuts it down."""
     config = EngineSettings(
-        dtype=dtype, max_model_len=max_model_len, weight_transfer=weight_transfer, kv_cache_gib=SMALL_KV_CACHE_GIB
+        dtype=dtype,
+        max_model_len=max_model_len,
+        weight_transfer=weight_transfer,
+        kv_cache_gib=SMALL_KV_CACHE_GIB,
+        capture_routing=capture_routing,
     )
     engine = VLLMEngine(model_path, config)
     engine.start()

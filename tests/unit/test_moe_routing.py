@@ -140,6 +140,12 @@ def as_batch_routing(routing: list[torch.Tensor], rows: int = 1) -> torch.Tensor
     return torch.stack(routing, dim=1).reshape(rows, -1, len(routing), routing[0].shape[-1]).to(torch.int16)
 
 
+def one_version(experts: torch.Tensor, replay: bool) -> BatchRouting:
+    """A batch routing [B, T, layers, top_k] all computed under version 0 (-1: none), as `collate` gives it."""
+    computed = (experts >= 0).flatten(start_dim=2).any(dim=2)
+    return BatchRouting(experts[:, :, None], torch.where(computed, 0, -1)[:, :, None], replay)
+
+
 @pytest.fixture(scope="module")
 def following(policy):
     """The policy with routers that follow the batch routing `applied` sets."""
@@ -150,7 +156,7 @@ def following(policy):
 
 def test_under_a_replayed_batch_routing_the_routers_take_it_and_count_where_their_own_differed(following, perturbed):
     own, given = routing_of(following), routing_of(perturbed)
-    routing = BatchRouting(as_batch_routing(given), replay=True)
+    routing = one_version(as_batch_routing(given), replay=True)
     with torch.no_grad():
         with replayed_routing(following, given):
             expected = following(TOKENS).logits
@@ -171,7 +177,7 @@ def test_measured_only_a_batch_routing_changes_no_logit_and_positions_without_a_
     own, given = routing_of(following), routing_of(perturbed)
     experts = as_batch_routing(given)
     experts[0, :4] = -1  # no recorded choice for the first four positions
-    routing = BatchRouting(experts, replay=False)
+    routing = one_version(experts, replay=False)
     with torch.no_grad():
         plain = following(TOKENS).logits  # outside `applied`: untouched
         with applied(routing):
@@ -186,10 +192,23 @@ def test_measured_only_a_batch_routing_changes_no_logit_and_positions_without_a_
 def test_a_forward_over_some_rows_follows_those_rows_routing(following, perturbed):
     given = routing_of(perturbed)
     two_rows = torch.cat([as_batch_routing(routing_of(following)), as_batch_routing(given)])  # [2, 12, 2, 2]
-    second_row = BatchRouting(two_rows, replay=True).rows(torch.tensor([1]))
+    second_row = one_version(two_rows, replay=True).rows(torch.tensor([1]))
     with torch.no_grad(), applied(second_row), recorded_routing(following) as used:
         following(TOKENS)
     assert all(torch.equal(choice, wanted) for choice, wanted in zip(used, given))
+
+
+def test_a_forward_follows_one_versions_routing_or_each_positions_newest():
+    none = [-1, -1]
+    # One row, three positions, one layer, top-2; slot 0 computed under version 4, slot 1 under version 5.
+    recorded = torch.tensor([[[[[0, 1]], [[6, 7]]], [[[2, 3]], [none]], [[none], [[4, 5]]]]], dtype=torch.int16)
+    versions = torch.tensor([[[4, 5], [4, -1], [-1, 5]]])
+    newest = BatchRouting(recorded, versions, replay=True)
+    assert newest.experts.tolist() == [[[[6, 7]], [[2, 3]], [[4, 5]]]]
+    assert newest.rows(slice(None), version=4).experts.tolist() == [[[[0, 1]], [[2, 3]], [none]]]
+    assert newest.rows(torch.tensor([0]), version=5).experts.tolist() == [[[[6, 7]], [none], [[4, 5]]]]
+    assert newest.rows(slice(None), version=6).experts.tolist() == [[[none], [none], [none]]]
+    assert newest.experts.dtype == torch.int16
 
 
 def test_a_routers_layer_is_read_from_its_name_as_the_engine_numbers_layers():

@@ -42,9 +42,10 @@ class TurnOutput:
     logprobs: list[float]
     versions: list[int]
     finish_reason: str | None
-    #: With `EngineSettings.capture_routing`, the experts each layer chose, [positions, layers, top_k]
-    #: (int16), for every position of the request's prompt and turn the engine computed (-1 where none).
-    routed_experts: torch.Tensor | None = None
+    #: With `EngineSettings.capture_routing`, the experts each layer chose per weight version that computed
+    #: part of the turn (a push in the turn's middle computes its positions again): version -> [positions,
+    #: layers, top_k] (int16) from the request's first position, -1 where that version computed none.
+    routed_experts: dict[int, torch.Tensor] | None = None
 
 
 @runtime_checkable

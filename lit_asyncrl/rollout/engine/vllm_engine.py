@@ -143,9 +143,9 @@ class VLLMEngine(EngineLoop):
         with _ENGINE_CREATION, spawned_process_environment(environment):
             self._children_before_start = set(multiprocessing.active_children())
             self._llm = AsyncLLM.from_vllm_config(config)
-        await self._llm.update_weight_version(str(self.version))
         if self.settings.capture_routing:
-            await self._llm.collective_rpc("start_routing_capture")
+            await self._llm.collective_rpc("start_routing_capture", args=(self.version,))
+        await self._label_version(self.version)
 
     def shutdown(self, startup_timeout_s: float = 300.0) -> None:
         """Stop the engine, its process and its thread, and remove its temp dir; safe to call twice.
@@ -289,8 +289,8 @@ class VLLMEngine(EngineLoop):
         routing = None
         if self.settings.capture_routing and self._adapters is None:
             (recorded,) = await self._llm.collective_rpc("routed_experts_of", args=(request_id,))
-            routing = None if recorded is None else torch.tensor(recorded, dtype=torch.int16)
-        return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None, routing)
+            routing = {version: torch.tensor(experts, dtype=torch.int16) for version, experts in recorded.items()}
+        return TurnOutput(token_ids, logprobs, versions, final.finish_reason if final else None, routing or None)
 
     # -- weights (called from the trainer thread) --------------------------------------------
     def push_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> WeightPush:
@@ -319,8 +319,7 @@ class VLLMEngine(EngineLoop):
         try:
             await self._pause_generation()
             await load.swap(self._llm)
-            await self._llm.update_weight_version(str(version))
-            self.version = version
+            await self._label_version(version)
         finally:
             await self._move_turns(resume=True)
         return time.perf_counter() - started
@@ -355,11 +354,14 @@ class VLLMEngine(EngineLoop):
 
     def set_version(self, version: int) -> None:
         """Label what the engine samples from now on `version` (after weights arrived another way)."""
-        self.run(
-            self._llm.update_weight_version(str(version)),
-            timeout_s=self.settings.engine_stall_timeout_s,
-            stalled="a weight push",
-        )
+        self.run(self._label_version(version), timeout_s=self.settings.engine_stall_timeout_s, stalled="a weight push")
+
+    async def _label_version(self, version: int) -> None:
+        """Tag what the engine computes from now on with `version`: vLLM's weight version on each sampled token,
+        and the routing capture's version on each position it records."""
+        await self._llm.update_weight_version(str(version))
+        if self.settings.capture_routing:
+            await self._llm.collective_rpc("set_routing_version", args=(version,))
         self.version = version
 
     def pause(self) -> None:

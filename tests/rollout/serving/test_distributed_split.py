@@ -21,8 +21,9 @@ def test_split_deals_whole_groups_in_order_and_trims_each_part():
     # Group 1 lost an episode to the environment; group 3 has the longest episode (2 + 6 tokens).
     lengths = {0: [1, 2, 1], 1: [1, 1], 2: [2, 2, 2], 3: [6, 1, 1]}
     trajectories = [episode(group, length) for group, group_lengths in lengths.items() for length in group_lengths]
-    for trajectory in trajectories:  # an MoE's recorded routing: [positions, layers, top_k]
-        trajectory.record_routing(torch.full((len(trajectory.token_ids), 2, 2), trajectory.group_id, dtype=torch.int16))
+    for trajectory in trajectories:  # an MoE's recorded routing: version -> [positions, layers, top_k]
+        routing = torch.full((len(trajectory.token_ids), 2, 2), trajectory.group_id, dtype=torch.int16)
+        trajectory.record_routing({trajectory.group_id: routing})
     batch = collate(trajectories, pad_id=0)
     batch["temperature"], batch["top_k"] = 0.9, -1
 
@@ -34,8 +35,16 @@ def test_split_deals_whole_groups_in_order_and_trims_each_part():
     assert torch.equal(first["input_ids"], batch["input_ids"][:5, :4])
     assert torch.equal(second["versions"], batch["versions"][5:])
     assert torch.equal(second["advantages"], batch["advantages"][5:])
-    assert torch.equal(first["routed_experts"], batch["routed_experts"][:5, :4])  # [5, 4, 2, 2]
+    assert torch.equal(first["routed_experts"], batch["routed_experts"][:5, :4])  # [5, 4, 1, 2, 2]
     assert torch.equal(second["routed_experts"], batch["routed_experts"][5:])
+    # Each row's positions under its group's version, NO_VERSION past its end (lengths 3, 4, 3, 3, 3).
+    assert first["routed_experts_versions"][:, :, 0].tolist() == [
+        [0, 0, 0, -1],
+        [0, 0, 0, 0],
+        [0, 0, 0, -1],
+        [1, 1, 1, -1],
+        [1, 1, 1, -1],
+    ]
     assert first["rewards"].shape == (5,) and second["episode_s"].shape == (6,)
     assert first["temperature"] == second["temperature"] == 0.9 and second["top_k"] == -1
     # Nothing trimmed away was a token of the part.
