@@ -20,9 +20,9 @@ def step(runner, requests: list[tuple[str, int, int]]) -> None:
     runner.query_start_loc = SimpleNamespace(np=np.cumsum([0, *(tokens for _, _, tokens in requests)]))
 
 
-def test_each_requests_positions_get_their_rows_of_every_layer():
+def test_each_requests_positions_get_their_rows_of_every_layer_per_version():
     runner = SimpleNamespace()
-    recorder = RoutingRecorder(runner, num_layers=2)
+    recorder = RoutingRecorder(runner, num_layers=2, version=0)
     # A prefill of 3 positions of "a" beside 2 of "b" (from position 4: 0-3 came from the prefix cache).
     step(runner, [("a-1234abcd", 0, 3), ("b-99999999", 4, 2)])
     rows = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 0]])
@@ -35,27 +35,36 @@ def test_each_requests_positions_get_their_rows_of_every_layer():
     step(runner, [("a-1234abcd", 1, 1)])
     recorder.capture(0, torch.tensor([[3, 3]]))
     recorder.capture(1, torch.tensor([[3, 3]]))
+    # A push: "b" is computed again from its first position under version 1, which keeps its own routing.
+    recorder.version = 1
+    step(runner, [("b-99999999", 4, 3)])
+    recorder.capture(0, torch.tensor([[2, 4], [6, 0], [1, 3]]))
+    recorder.capture(1, torch.tensor([[0, 7], [5, 2], [4, 6]]))
     a = recorder.take("a")
-    assert a.tolist() == [
+    assert a.keys() == {0}
+    assert a[0].tolist() == [
         [[0, 1], [1, 2]],
         [[3, 3], [3, 3]],
         [[4, 5], [5, 6]],
         [[7, 0], [7, 0]],
     ]
     b = recorder.take("b")
-    assert b.shape == (7, 2, 2) and (b[:4] == -1).all()  # not computed by this request
-    assert b[4:].tolist() == [[[6, 7], [7, 8]], [[1, 0], [2, 1]], [[5, 6], [5, 6]]]
-    assert recorder.take("a") is None  # handed over once
+    assert b.keys() == {0, 1}
+    assert b[0].shape == (7, 2, 2) and (b[0][:4] == -1).all()  # not computed by this request
+    assert b[0][4:].tolist() == [[[6, 7], [7, 8]], [[1, 0], [2, 1]], [[5, 6], [5, 6]]]
+    assert b[1].shape == (7, 2, 2) and (b[1][:4] == -1).all()
+    assert b[1][4:].tolist() == [[[2, 4], [0, 7]], [[6, 0], [5, 2]], [[1, 3], [4, 6]]]
+    assert recorder.take("a") == {}  # handed over once
 
 
 def test_a_forward_that_is_not_the_batchs_is_not_recorded_and_old_requests_are_forgotten(monkeypatch):
     runner = SimpleNamespace()
-    recorder = RoutingRecorder(runner, num_layers=1)
+    recorder = RoutingRecorder(runner, num_layers=1, version=0)
     step(runner, [("a-00000000", 0, 8)])
     recorder.capture(0, torch.zeros(4, 2, dtype=torch.long))  # fewer rows than the batch: a warm-up
-    assert recorder.take("a") is None
+    assert recorder.take("a") == {}
     monkeypatch.setattr(routing_capture, "KEPT_REQUESTS", 2)
     for name in ("a", "b", "c"):
         step(runner, [(f"{name}-00000000", 0, 1)])
         recorder.capture(0, torch.zeros(1, 2, dtype=torch.long))
-    assert recorder.take("a") is None and recorder.take("c") is not None
+    assert recorder.take("a") == {} and recorder.take("c").keys() == {0}
