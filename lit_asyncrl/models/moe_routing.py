@@ -133,6 +133,10 @@ def routing_disagreement(first: Sequence[torch.Tensor], second: Sequence[torch.T
     return differ / total if total else 0.0
 
 
+#: A slot's version where it holds no routing (`rollout.records.NO_VERSION`).
+_NO_VERSION = -1
+
+
 @dataclasses.dataclass
 class BatchRouting:
     """The experts the engine chose for a batch's positions, for the forwards that score the batch.
@@ -148,10 +152,11 @@ class BatchRouting:
         recorded_versions: [B, T, S] the version of each slot's routing, NO_VERSION where it holds none.
         replay: the routers take the followed experts (routing replay); False: they keep their own choice and
             the forwards only count where it differs.
-        version: the version whose routing the forwards follow; None: each position's newest.
+        version: the version whose routing the forwards follow (where it computed a position not, the newest
+            earlier one's: `_routing_up_to`); None: each position's newest.
         experts: [B, T, layers, top_k] what the forwards follow: -1 where the engine recorded none (a
             position it took from its prefix cache, the last token of a turn, padding, an episode restored
-            from a checkpoint, a position `version` never computed).
+            from a checkpoint, a position no version up to `version` computed).
         flipped: (position, layer) pairs, over the forwards run under this routing, whose router's own
             top-k set differs from the followed one; `compared`: the pairs with a recorded choice.
     """
@@ -165,10 +170,7 @@ class BatchRouting:
     experts: torch.Tensor = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        if self.version is None:
-            self.experts = _newest(self.recorded, self.recorded_versions)
-        else:
-            self.experts = _at_version(self.recorded, self.recorded_versions, self.version)
+        self.experts = _routing_up_to(self.recorded, self.recorded_versions, self.version)
 
     def rows(self, rows: torch.Tensor | slice, version: int | None = None) -> BatchRouting:
         """The routing of the batch's sequences `rows` under `version` (None: each position's newest), for a
@@ -180,18 +182,20 @@ class BatchRouting:
         return self.flipped / self.compared if self.compared else 0.0
 
 
-def _newest(recorded: torch.Tensor, recorded_versions: torch.Tensor) -> torch.Tensor:
-    """[B, T, layers, top_k]: each position's routing under the newest version that computed it."""
-    newest_slot = recorded_versions.argmax(dim=-1)  # a position no version computed: a slot of -1s
-    index = newest_slot[:, :, None, None, None].expand(-1, -1, 1, *recorded.shape[3:])
-    return recorded.gather(2, index).squeeze(2)
+def _routing_up_to(recorded: torch.Tensor, recorded_versions: torch.Tensor, version: int | None) -> torch.Tensor:
+    """[B, T, layers, top_k]: each position's routing from the newest version up to `version` (None: any) that
+    computed it; -1 where none did (a position after that version's tokens).
 
-
-def _at_version(recorded: torch.Tensor, recorded_versions: torch.Tensor, version: int) -> torch.Tensor:
-    """[B, T, layers, top_k]: each position's routing under `version` (-1 where it computed none)."""
-    # At most one slot of a position holds a version: the others give -1, below any expert id.
-    chosen = recorded_versions == version
-    return torch.where(chosen[..., None, None], recorded, -1).amax(dim=2).to(recorded.dtype)
+    Not only `version`'s own: a push that changed no tensor relabels the engine's weights without computing
+    anything again, so that version's tokens attend to positions an earlier version computed with the same
+    weights. Every other push computes the requests in flight again (and empties the prefix cache)."""
+    eligible = recorded_versions
+    if version is not None:
+        eligible = torch.where(recorded_versions <= version, recorded_versions, _NO_VERSION)
+    newest = eligible.max(dim=-1)
+    index = newest.indices[:, :, None, None, None].expand(-1, -1, 1, *recorded.shape[3:])
+    chosen = recorded.gather(2, index).squeeze(2)
+    return torch.where(newest.values[..., None, None] == _NO_VERSION, -1, chosen).to(recorded.dtype)
 
 
 #: The batch key of a training batch's `BatchRouting` (set by the module from its `routed_experts`).

@@ -47,9 +47,18 @@ def groups_from_state(state: list[list[dict]]) -> list[list[Trajectory]]:
             values = {
                 name: (collections.Counter(value) if name in _COUNTERS else value) for name, value in fields.items()
             }
+            values["routed_experts"] = _routing_by_version(values.get("routed_experts"))
             trajectories.append(Trajectory(**values))
         groups.append(trajectories)
     return groups
+
+
+def _routing_by_version(saved: object) -> dict:
+    """An episode's recorded routing as this version keeps it (version -> routing). A checkpoint written before
+    routings were kept per version holds None (a dense policy's) or one tensor for all versions: that one
+    cannot be tied to the versions its positions were computed under, so the episode goes on without it
+    (its positions then keep the trainer's own routing, as a position the engine recorded nothing for)."""
+    return saved if isinstance(saved, dict) else {}
 
 
 #: Fields a checkpoint leaves out: a filed group holds an agent episode's segments side by side, and an
