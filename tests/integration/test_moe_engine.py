@@ -48,8 +48,10 @@ def test_a_turn_across_an_update_matches_each_tokens_own_version_and_records_eac
             assert torch.equal(recorded[:, layer].sort(dim=-1).values, chosen[:computed].sort(dim=-1).values)
 
 
-def engine_turns(dtype: str, prompts: list[list[int]], tokens: int):
-    """Turns of a fresh tiny-MoE engine that records its routing, one per prompt, and the fp32 trainer."""
+def engine_turns(dtype: str, waves: list[list[list[int]]], tokens: int):
+    """Turns of a fresh tiny-MoE engine that records its routing, one per prompt: each wave's prompts at once,
+    the waves one after another (a later wave can take an earlier one's prompts from the prefix cache); and the
+    fp32 trainer."""
     import asyncio
 
     from lit_asyncrl.rollout.engine.settings import EngineSettings
@@ -62,25 +64,29 @@ def engine_turns(dtype: str, prompts: list[list[int]], tokens: int):
     engine.start()
     try:
 
-        async def sample():
+        async def sample(prompts):
             return await asyncio.gather(
                 *(engine.generate(prompt, max_tokens=tokens, temperature=1.0, ignore_eos=True) for prompt in prompts)
             )
 
-        turns = engine.run(sample(), timeout_s=120)
+        turns = [engine.run(sample(prompts), timeout_s=120) for prompts in waves]
     finally:
         engine.shutdown()
     return turns, AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 def test_the_engine_records_the_experts_each_position_went_to():
-    prompts = [[1, 17, 23, 5], [1, 40, 2]]  # two requests in one batch: the recorder splits the batch's rows
-    turns, model = engine_turns("float32", prompts, tokens=48)
-    for prompt, turn in zip(prompts, turns):
+    # Two requests in one batch (the recorder splits the batch's rows); then one whose prompt begins with the
+    # first one's first block (the CPU engine's 128 positions), which it takes from the prefix cache: those
+    # positions get the routing their KV was computed with, in the other request.
+    shared = [1] + [3 + (7 * index) % 60 for index in range(129)]
+    waves = [[shared, [1, 40, 2]], [shared[:128] + [9, 11]]]
+    turns, model = engine_turns("float32", waves, tokens=48)
+    for prompt, turn in zip([*waves[0], *waves[1]], [*turns[0], *turns[1]]):
         assert turn.routed_experts.keys() == {0}  # no push: one version computed everything
         recorded = turn.routed_experts[0].long()
         # Every position the engine computed: the prompt and each sampled token but the last (never an input).
-        assert recorded.shape == (len(prompt) + len(turn.token_ids) - 1, 2, 2)
+        assert recorded.shape == (len(prompt) + len(turn.token_ids) - 1, 2, 2) and (recorded >= 0).all()
         for layer, chosen in enumerate(routing(model, prompt, turn)):
             engine_sets = recorded[:, layer].sort(dim=-1).values
             assert torch.equal(engine_sets, chosen[: recorded.shape[0]].sort(dim=-1).values)
@@ -91,7 +97,7 @@ def test_replaying_a_bf16_engines_routing_brings_its_flipped_tokens_to_the_other
     from tests.support.version_turns import trainer_logprobs
 
     prompts = [[1, 3 + index] for index in range(8)]
-    turns, model = engine_turns("bfloat16", prompts, tokens=200)
+    [turns], model = engine_turns("bfloat16", [prompts], tokens=200)
     without, replayed, flipped = [], [], []
     for prompt, turn in zip(prompts, turns):
         recorded = turn.routed_experts[0].long()

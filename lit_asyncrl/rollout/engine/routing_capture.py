@@ -12,8 +12,11 @@ once it has finished, one routing per weight version that computed the request's
 preempts the requests in flight and computes their positions again under the new weights, where a router
 may choose otherwise, and the tokens sampled before the push were computed under the old routing. The
 engine tells the recorder each version as it labels it (`set_routing_version`). Within a version a position
-computed again (preempted for KV space) keeps its latest routing; a position the request took from the
-prefix cache has none (-1).
+computed again (preempted for KV space) keeps its latest routing. A position a request took from the prefix
+cache was computed by another request (or an earlier turn): the recorder also keeps each KV-cache slot's
+routing, as the forward that wrote the slot chose it (vLLM's own routed-experts output also keeps the routing
+of cached blocks, by block hash), and a request's cached positions read theirs from there at its first step
+under a version. Only for a model whose layers share one KV-cache table (full attention).
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class RoutingRecorder:
         self.num_layers = num_layers
         self.version = version
         self.pieces: OrderedDict[str, list[tuple[int, int, int, np.ndarray]]] = OrderedDict()
+        #: Per request, the (version, layer) pairs it has recorded under.
+        self.started: dict[str, set[tuple[int, int]]] = {}
+        #: [KV-cache slots, layers, top_k]: the routing of the position whose KV each slot holds (-1: none yet).
+        self.slot_routing = np.full((0, num_layers, 1), -1, dtype=np.int16)
 
     def capture(self, layer_id: int, topk_ids: torch.Tensor) -> None:
         batch = self.runner.input_batch
@@ -52,21 +59,51 @@ class RoutingRecorder:
         if int(starts[-1]) > topk_ids.shape[0]:
             return  # not the batch's forward (a warm-up or profile run)
         chosen = topk_ids[: int(starts[-1])].to(torch.int16).cpu().numpy()
-        for index, request_id in enumerate(batch.req_ids[:count]):
+        # Slots only where every layer's KV lives in one table (full attention); a hybrid model's cached positions
+        # keep no recorded routing (-1: the trainer's own choice).
+        tables = batch.block_table.block_tables
+        table = tables[0] if len(tables) == 1 else None
+        firsts = batch.num_computed_tokens_cpu[:count].astype(np.int64)
+        per_request = [chosen[starts[index] : starts[index + 1]] for index in range(count)]
+        if table is not None:  # every slot the step writes first: a request may read a block another computes now
+            for index, rows in enumerate(per_request):
+                slots = _slots_of(table, index, firsts[index] + np.arange(len(rows)))
+                self._slot_buffer(chosen.shape[1], slots)[slots, layer_id] = rows
+        for index, (request_id, rows) in enumerate(zip(batch.req_ids[:count], per_request)):
             # vLLM names a request inside the engine `<the caller's id>-<8 characters>`.
             caller_id = request_id.rsplit("-", 1)[0]
-            rows = chosen[starts[index] : starts[index + 1]]
-            first = int(batch.num_computed_tokens_cpu[index])
-            self.pieces.setdefault(caller_id, []).append((self.version, first, layer_id, rows))
+            first = int(firsts[index])
+            pieces = self.pieces.setdefault(caller_id, [])
+            started = self.started.setdefault(caller_id, set())
+            if table is not None and first > 0 and (self.version, layer_id) not in started:
+                # The request's first step under this version starts after positions it did not compute here:
+                # their KV (and routing) came from the prefix cache.
+                cached = _slots_of(table, index, np.arange(first))
+                from_cache = self._slot_buffer(chosen.shape[1], cached)[cached, layer_id]  # a copy
+                pieces.append((self.version, 0, layer_id, from_cache))
+            pieces.append((self.version, first, layer_id, rows))
+            started.add((self.version, layer_id))
             self.pieces.move_to_end(caller_id)
         while len(self.pieces) > KEPT_REQUESTS:
-            self.pieces.popitem(last=False)
+            forgotten, _ = self.pieces.popitem(last=False)
+            self.started.pop(forgotten, None)
+
+    def _slot_buffer(self, top_k: int, slots: np.ndarray) -> np.ndarray:
+        """`slot_routing`, grown (with -1) to hold `slots` (top_k is known from the first routed forward)."""
+        needed = int(slots.max()) + 1 if len(slots) else 0
+        if needed > len(self.slot_routing) or self.slot_routing.shape[2] != top_k:
+            grown = np.full((max(needed, 2 * len(self.slot_routing)), self.num_layers, top_k), -1, dtype=np.int16)
+            if self.slot_routing.shape[2] == top_k:
+                grown[: len(self.slot_routing)] = self.slot_routing
+            self.slot_routing = grown
+        return self.slot_routing
 
     def take(self, request_id: str) -> dict[int, np.ndarray]:
         """Per weight version that computed part of `request_id`, its routing [positions, layers, top_k] (-1
         where the request computed nothing under that version); empty when it ran no routed layer. Forgotten
         afterwards."""
         by_version: dict[int, list[tuple[int, int, np.ndarray]]] = {}
+        self.started.pop(request_id, None)
         for version, first, layer, rows in self.pieces.pop(request_id, []):
             by_version.setdefault(version, []).append((first, layer, rows))
         return {version: self._assembled(pieces) for version, pieces in by_version.items()}
@@ -78,6 +115,12 @@ class RoutingRecorder:
         for first, layer, rows in pieces:  # in the order computed: a later computation wins
             routing[first : first + len(rows), layer] = rows
         return routing
+
+
+def _slots_of(table: Any, row: int, positions: np.ndarray) -> np.ndarray:
+    """The KV-cache slots of a request's `positions`, from its row of vLLM's block table."""
+    blocks = table.block_table.np[row, positions // table.block_size].astype(np.int64)
+    return blocks * table.block_size + positions % table.block_size
 
 
 class RoutingCaptureExtension:

@@ -9,13 +9,22 @@ import torch
 from lit_asyncrl.rollout.engine import routing_capture
 from lit_asyncrl.rollout.engine.routing_capture import RoutingRecorder
 
+#: The fake KV cache: 4 positions a block, each request's blocks ("d" shares "c"'s first block, as a request
+#: whose prompt begins with another's takes it from the prefix cache).
+BLOCK_SIZE = 4
+BLOCKS = {"a": [0, 1], "b": [2, 3], "c": [4, 5], "d": [4, 6]}
+
 
 def step(runner, requests: list[tuple[str, int, int]]) -> None:
-    """Point the fake runner's input batch at `requests`: (engine request id, first position, tokens)."""
+    """Point the fake runner's input batch at `requests`: (engine request id, first position, tokens), with each
+    request's row of vLLM's block table."""
+    blocks = [BLOCKS[request.rsplit("-", 1)[0]] for request, _, _ in requests]
+    table = SimpleNamespace(block_size=BLOCK_SIZE, block_table=SimpleNamespace(np=np.array(blocks)))
     runner.input_batch = SimpleNamespace(
         num_reqs=len(requests),
         req_ids=[request for request, _, _ in requests],
         num_computed_tokens_cpu=np.array([first for _, first, _ in requests]),
+        block_table=SimpleNamespace(block_tables=[table]),
     )
     runner.query_start_loc = SimpleNamespace(np=np.cumsum([0, *(tokens for _, _, tokens in requests)]))
 
@@ -68,3 +77,27 @@ def test_a_forward_that_is_not_the_batchs_is_not_recorded_and_old_requests_are_f
         step(runner, [(f"{name}-00000000", 0, 1)])
         recorder.capture(0, torch.zeros(1, 2, dtype=torch.long))
     assert recorder.take("a") == {} and recorder.take("c").keys() == {0}
+
+
+def test_positions_a_request_took_from_the_prefix_cache_get_the_routing_their_kv_was_computed_with():
+    runner = SimpleNamespace()
+    recorder = RoutingRecorder(runner, num_layers=1, version=2)
+    step(runner, [("c-00000000", 0, 6)])  # "c" computes positions 0-5 (blocks 4 and 5)
+    computed = torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7], [1, 2], [3, 4]])
+    recorder.capture(0, computed)
+    # "d" begins with "c"'s first 4 positions: it computes from position 4, its first block taken from the cache.
+    step(runner, [("d-00000000", 4, 2)])
+    recorder.capture(0, torch.tensor([[5, 6], [7, 1]]))
+    step(runner, [("d-00000000", 6, 1)])  # a decode step: nothing more read from the cache
+    recorder.capture(0, torch.tensor([[2, 5]]))
+    assert recorder.take("d")[2].tolist() == [[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]], [[5, 6]], [[7, 1]], [[2, 5]]]
+    assert recorder.take("c")[2][:, 0].tolist() == computed.tolist()
+
+
+def test_a_request_reads_a_cached_block_another_request_computes_in_the_same_step():
+    runner = SimpleNamespace()
+    recorder = RoutingRecorder(runner, num_layers=1, version=0)
+    # vLLM caches a block when it allocates it: "d", first in the batch, takes "c"'s first block as "c" computes it.
+    step(runner, [("d-00000000", 4, 1), ("c-00000000", 0, 4)])
+    recorder.capture(0, torch.tensor([[7, 1], [0, 1], [2, 3], [4, 5], [6, 7]]))
+    assert recorder.take("d")[0].tolist() == [[[0, 1]], [[2, 3]], [[4, 5]], [[6, 7]], [[7, 1]]]
