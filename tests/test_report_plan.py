@@ -138,6 +138,7 @@ def test_the_table2_rerun_plan_compares_every_pair_of_its_arms_once():
     arms = OmegaConf.load(Path(config_dir()) / "sweep" / "table2_decisive.yaml").hydra.sweeper.params.experiment
     arms = arms.split(",")
     assert plan.endpoint == Endpoint(3) and list(plan.families) == ["table2_decisive"]
+    assert plan.source == "conf/sweep/table2_decisive.yaml"  # as the repository names it, not this checkout's path
     pairs = plan.families["table2_decisive"]
     assert sorted(map(frozenset, pairs), key=sorted) == sorted(
         map(frozenset, itertools.combinations(arms, 2)), key=sorted

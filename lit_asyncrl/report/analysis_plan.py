@@ -61,8 +61,12 @@ def load_plan(spec: str) -> AnalysisPlan:
         SystemExit: naming `--plan` and the key as written, when the file or a key is missing or wrong.
     """
     path = Path(spec)
+    # Stated in the report as the user wrote it, or as the repository names a shipped sweep: an
+    # absolute path would tie a committed report to the checkout that built it.
+    source = spec
     if not path.is_file():
         path = Path(config_dir()) / "sweep" / f"{spec}.yaml"
+        source = f"conf/sweep/{spec}.yaml"
     if not path.is_file():
         raise SystemExit(f"--plan {spec}: neither a file nor a sweep of conf/sweep/")
     block = OmegaConf.to_container(OmegaConf.load(path)).get("analysis")
@@ -77,7 +81,7 @@ def load_plan(spec: str) -> AnalysisPlan:
     return AnalysisPlan(
         endpoint=Endpoint(evaluations),
         families={name: _pairs(spec, name, pairs) for name, pairs in families.items()},
-        source=str(path),
+        source=source,
     )
 
 
