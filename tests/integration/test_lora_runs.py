@@ -99,8 +99,16 @@ def test_interrupt_sync_and_the_dedicated_worker_with_adapters_are_exact_in_real
 
     experiments = ["interrupt_sync", "dedicated"]
     lora = ["model.lora.rank=8", "model.lora.in_flight=move", "fidelity=true"]
+    # Room for far more episodes than the run trains keeps the engine generating through every push
+    # (episodes past the version gap leave as dropped_stale): with room for two batches it refilled
+    # the buffer during a step and stood idle at each push whenever it sampled faster than the
+    # trainer stepped, so no turn was there to move (measured: 0 in all 8 pushes of both runs;
+    # with this room 25 to 32 turns moved at every push, the queue at most 244 deep).
+    always_generating = [o for o in STALE_RUN if not o.startswith("rollout.buffer_capacity")]
+    always_generating.append("rollout.buffer_capacity=1024")
     run_hydra(
-        ["-m", f"experiment={','.join(experiments)}", *lora, *STALE_RUN, f"hydra.sweep.dir={tmp_path}"], timeout_s=900
+        ["-m", f"experiment={','.join(experiments)}", *lora, *always_generating, f"hydra.sweep.dir={tmp_path}"],
+        timeout_s=900,
     )
     for job, experiment in enumerate(experiments):
         run_dir = next(tmp_path.glob(f"{job}_experiment={experiment},*"))
