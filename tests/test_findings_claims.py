@@ -437,6 +437,7 @@ def decisive_claims() -> list[str]:
         return f"{statistics.fmean(changes(label)):+.3f} ({rose} of {len(changes(label))} rose)"
 
     all_changes = [statistics.fmean(changes(label)) for label in labelled]
+    minutes = [run.summary["wall_s"] / 60 for runs in labelled.values() for run in runs]
     decay_against_snapshot = family[("snapshot", "ppo_ewma_beta075")][0]
     decay_against_interrupt = family[("interrupt_sync", "ppo_ewma_beta075")][0]
     before = compare_paired("table2_regime", "interrupt_sync", "ppo_ewma_beta075")[1]
@@ -455,6 +456,7 @@ def decisive_claims() -> list[str]:
         f"Every arm's mean change from its start to the endpoint was {'negative' if max(all_changes) < 0 else 'not'}: "
         f"snapshot {fell('snapshot')}, interrupt-sync {fell('interrupt_sync')}, EWMA 0.75 {fell('ppo_ewma_beta075')}, "
         f"EWMA W/(W+2) {fell('ppo_ewma')}, async recompute {fell('decoupled_async')}.",
+        f"{len(minutes)} runs of {min(minutes):.1f} to {max(minutes):.1f} minutes, {sum(minutes):.0f} minutes of runs in all",
     ]
 
 
