@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from lit_asyncrl.rollout.records import NO_VERSION
+
 
 def has_routed_experts(model_path: str | Path) -> bool:
     """Whether the model folder at `model_path` is a mixture of experts (its config names experts); False
@@ -133,10 +135,6 @@ def routing_disagreement(first: Sequence[torch.Tensor], second: Sequence[torch.T
     return differ / total if total else 0.0
 
 
-#: A slot's version where it holds no routing (`rollout.records.NO_VERSION`).
-_NO_VERSION = -1
-
-
 @dataclasses.dataclass
 class BatchRouting:
     """The experts the engine chose for a batch's positions, for the forwards that score the batch.
@@ -191,11 +189,11 @@ def _routing_up_to(recorded: torch.Tensor, recorded_versions: torch.Tensor, vers
     weights. Every other push computes the requests in flight again (and empties the prefix cache)."""
     eligible = recorded_versions
     if version is not None:
-        eligible = torch.where(recorded_versions <= version, recorded_versions, _NO_VERSION)
+        eligible = torch.where(recorded_versions <= version, recorded_versions, NO_VERSION)
     newest = eligible.max(dim=-1)
     index = newest.indices[:, :, None, None, None].expand(-1, -1, 1, *recorded.shape[3:])
     chosen = recorded.gather(2, index).squeeze(2)
-    return torch.where(newest.values[..., None, None] == _NO_VERSION, -1, chosen).to(recorded.dtype)
+    return torch.where(newest.values[..., None, None] == NO_VERSION, -1, chosen).to(recorded.dtype)
 
 
 #: The batch key of a training batch's `BatchRouting` (set by the module from its `routed_experts`).
