@@ -17,8 +17,12 @@ def hydra_run(tmp_path_factory):
     and both group filters on: (run dir, its console output). (Resuming a run: `test_resume.py`.)"""
     run_dir = tmp_path_factory.mktemp("hydra_run")
     filters = ["rollout.filter_zero_advantage=true", "rollout.filter_overlong=true"]
-    result = run_hydra(
+    # A new interpreter (not the worker's preloaded one): what its imports print is on the console too.
+    result = run_command(
         [
+            sys.executable,
+            "-m",
+            "lit_asyncrl.train",
             "trainer.max_steps=5",
             "checkpoint_every=2",
             "logger=tensorboard",

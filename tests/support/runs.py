@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.preloaded_runs import run_preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 #: Each test engine's KV cache: 0.25 GiB (262,144 tokens of the tiny policy) is far more than a test
@@ -35,9 +36,16 @@ STALE_RUN = [
 
 
 def run_command(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """`args` in a new process (a new interpreter for a Python entry point: what a user's console shows)."""
     result = subprocess.run(
         args, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "PYTHONUNBUFFERED": "1"}
     )
+    return succeeded(result)
+
+
+def succeeded(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """`result`, or an AssertionError with both ends of its output if it failed."""
+    args = result.args
     if result.returncode != 0:
         # Both ends of each stream: under DDP the first rank's report (the cause) comes first and the
         # other ranks' reports of the same failure fill the end.
@@ -56,7 +64,8 @@ def _ends(text: str, head: int = 3000, tail: int = 6000) -> str:
 
 
 def run_hydra(overrides: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
-    return run_command([sys.executable, "-m", "lit_asyncrl.train", *overrides], timeout_s)
+    """`python -m lit_asyncrl.train overrides`, forked from the worker's preloaded interpreter."""
+    return succeeded(run_preloaded("lit_asyncrl.train", overrides, timeout_s))
 
 
 def read_all_rows(csv_path: Path) -> list[dict[str, float]]:
