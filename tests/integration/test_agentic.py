@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lit_asyncrl.envs import GuessNumberEnv
-from tests.support.runs import SMALL_KV_CACHE, SMALL_KV_CACHE_GIB, SMALL_RUN, run_command, run_hydra
+from tests.support.runs import SMALL_KV_CACHE, SMALL_KV_CACHE_GIB, SMALL_RUN, run_cli, run_hydra
 from tests.support.small_engines import small_async_service
 
 # One xdist worker runs this module's tests: they share module-scoped runs or engines.
@@ -118,10 +118,8 @@ def test_a_checkpoint_is_evaluated_on_its_own_in_both_front_ends(validation_swee
     # logger=wandb: an offline W&B run (no network, no account) beside the CSV log.
     (wandb_run,) = (tmp_path / "hydra" / "wandb").glob("offline-run-*")
     assert list(wandb_run.glob("run-*.wandb"))  # the run's records, for `wandb sync`
-    import sys
-
-    run_command(
-        [sys.executable, "-m", "lit_asyncrl.cli", "validate", "--config", "conf/cli/service_desk.yaml", "--ckpt_path", str(checkpoint),
+    run_cli(
+        ["validate", "--config", "conf/cli/service_desk.yaml", "--ckpt_path", str(checkpoint),
          "--data.rollout.evaluation.eval_instances", "4", "--data.rollout.engine.kv_cache_gib", str(SMALL_KV_CACHE_GIB), "--trainer.default_root_dir", str(tmp_path / "cli"),
          "--trainer.logger.init_args.save_dir", str(tmp_path / "cli")]
     )  # fmt: skip

@@ -3,23 +3,20 @@ killed and resumed plays each prompt once per epoch."""
 
 import collections
 import json
-import os
 import pickle
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from lit_asyncrl.kill_points import KILL_AT
 from lit_asyncrl.models.char_tokenizer import build_char_tokenizer
+from tests.support.preloaded_runs import run_preloaded
 from tests.support.runs import (
-    REPO,
     SMALL_KV_CACHE_GIB,
     SMALL_RUN,
     read_all_rows,
     read_rows,
-    run_command,
+    run_cli,
     run_hydra,
 )
 
@@ -64,14 +61,14 @@ def test_a_dataset_file_trains_through_hydra_and_the_lightning_cli(tmp_path):
         ]
     )
     cli_dir = tmp_path / "cli"
-    command = [sys.executable, "-m", "lit_asyncrl.cli", "fit", "--config", "conf/cli/default.yaml"]
+    command = ["fit", "--config", "conf/cli/default.yaml"]
     command += ["--trainer.max_steps", "3", "--trainer.default_root_dir", str(cli_dir)]
     command += ["--trainer.logger.init_args.save_dir", str(cli_dir), "--warm_start.steps", "0"]
     command += ["--data.rollout.batch.group_size", "4", "--data.rollout.batch.groups_per_batch", "4"]
     command += ["--data.rollout.engine.kv_cache_gib", str(SMALL_KV_CACHE_GIB)]
     command += ["--data.env", "lit_asyncrl.envs.DatasetEnv", "--data.env.init_args.path", str(data)]
     command += ["--data.env.init_args.split_key", "split", "--data.env.init_args.rewards", f"[{REWARD}]"]
-    run_command(command)
+    run_cli(command)
     for run_dir in (hydra_dir, cli_dir):
         (csv_path,) = run_dir.glob("**/metrics.csv")
         rows = read_rows(csv_path)
@@ -120,13 +117,11 @@ def test_a_run_killed_and_resumed_deals_every_prompt_once_per_epoch(tmp_path):
         "save_trained_episodes=true",
     ]
     first, second = tmp_path / "first", tmp_path / "second"
-    killed = subprocess.run(
-        [sys.executable, "-m", "lit_asyncrl.train", *run, "trainer.max_steps=50", f"hydra.run.dir={first}"],
-        cwd=REPO,
-        env={**os.environ, KILL_AT: "train_step@3"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+    killed = run_preloaded(
+        "lit_asyncrl.train",
+        [*run, "trainer.max_steps=50", f"hydra.run.dir={first}"],
+        timeout_s=300,
+        env={KILL_AT: "train_step@3"},
     )
     assert killed.returncode == -9, killed.stdout[-3000:] + killed.stderr[-3000:]
     (checkpoint,) = (first / "checkpoints").glob("step=*.ckpt")

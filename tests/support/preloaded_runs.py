@@ -72,9 +72,12 @@ class PreloadedInterpreter:
 _SERVER: PreloadedInterpreter | None = None
 
 
-def run_preloaded(module: str, args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
-    """`python -m module args` with PYTHONUNBUFFERED=1, forked from this worker's preloaded interpreter."""
+def run_preloaded(
+    module: str, args: list[str], timeout_s: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m module args` with PYTHONUNBUFFERED=1 and `env` over this worker's environment,
+    forked from this worker's preloaded interpreter."""
     global _SERVER
     if _SERVER is None or _SERVER.process.poll() is not None:
         _SERVER = PreloadedInterpreter()
-    return _SERVER.run(module, args, {**os.environ, "PYTHONUNBUFFERED": "1"}, timeout_s)
+    return _SERVER.run(module, args, {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, timeout_s)

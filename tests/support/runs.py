@@ -68,6 +68,11 @@ def run_hydra(overrides: list[str], timeout_s: float = 600) -> subprocess.Comple
     return succeeded(run_preloaded("lit_asyncrl.train", overrides, timeout_s))
 
 
+def run_cli(args: list[str], timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """`python -m lit_asyncrl.cli args` (the Lightning CLI), forked from the worker's preloaded interpreter."""
+    return succeeded(run_preloaded("lit_asyncrl.cli", args, timeout_s))
+
+
 def read_all_rows(csv_path: Path) -> list[dict[str, float]]:
     """Every row of a Lightning metrics.csv as floats (empty cells dropped); per-gap metrics are
     rows of their own (the module hands them to the loggers directly)."""
