@@ -73,9 +73,10 @@ def serve(connection: socket.socket) -> dict | None:
             pid = os.fork()
             if pid == 0:
                 connection.close()
-                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-                os.dup2(fds[0], 1)
-                os.dup2(fds[1], 2)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                for source, target in ((devnull, 0), (fds[0], 1), (fds[1], 2)):
+                    os.dup2(source, target)
+                    os.close(source)
                 return json.loads(message)
             for fd in fds:
                 os.close(fd)
