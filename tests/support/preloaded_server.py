@@ -100,8 +100,12 @@ def become_the_run(request: dict, set_by_imports: dict[str, str]) -> None:
     os.environ.update({key: value for key, value in set_by_imports.items() if key not in environment})
     os.environ.update(environment)
     tempfile.tempdir = None  # read again from TMPDIR, as a new interpreter reads it
+    # Ctrl-C as a user's terminal delivers it to a foreground run. (A shell that starts a job in the
+    # background, as some CI runners do, starts it with SIGINT ignored, which a process inherits.)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [request["module"], *request["args"]]
+    # Its command line as `ps` and /proc show it, for the tests that find a run's processes by it.
+    importlib.import_module("setproctitle").setproctitle(" ".join([sys.executable, "-m", *sys.argv]))
     # `python -m` runs the module as __main__ only (runpy warns if it is also imported under its name).
     sys.modules.pop(request["module"], None)
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)

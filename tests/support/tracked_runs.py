@@ -1,10 +1,6 @@
 """A Hydra run in a subprocess whose every process is recorded while it runs, and the checks that it
 stopped as it should and left nothing behind (no process of its own, nothing new in /tmp or /dev/shm)."""
 
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -12,7 +8,8 @@ from pathlib import Path
 
 from lit_asyncrl.rollout.processes.temp_dirs import WEIGHTS_DIR_PREFIX
 from tests.support.leftovers import OWNED, left_behind, listing
-from tests.support.runs import REPO, SMALL_RUN
+from tests.support.preloaded_runs import PreloadedProcess
+from tests.support.runs import SMALL_RUN
 
 SHM = Path("/dev/shm")
 
@@ -61,16 +58,9 @@ class Run:
         self.started_at = time.time()
         self.listing_before = listing()
         self.descendants: set[int] = set()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        command = [sys.executable, "-m", "lit_asyncrl.train", f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides]
-        self.process = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=_default_sigint,
+        # Forked from the worker's preloaded interpreter, with SIGINT handled as in a new interpreter.
+        self.process = PreloadedProcess(
+            "lit_asyncrl.train", [f"hydra.run.dir={run_dir}", *SMALL_RUN, *overrides], env=env
         )
 
     def track(self) -> list[int]:
@@ -181,13 +171,6 @@ class Run:
 
 def _not_our_dead_owners_dir(entry: str) -> bool:
     return OWNED.match(Path(entry).name) is None
-
-
-def _default_sigint() -> None:
-    # A shell that starts a job in the background (`cmd &`, as some CI runners do) starts it with
-    # SIGINT ignored, and Python keeps an ignored SIGINT ignored: the run would never see Ctrl-C.
-    # A user's terminal delivers it to a foreground run, which is what these tests model.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _cmdline(pid: int) -> bytes:
