@@ -7,9 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.support.preloaded_runs import run_preloaded
+from tests.support.preloaded_runs import REPO, run_preloaded
 
-REPO = Path(__file__).resolve().parents[2]
 #: Each test engine's KV cache: 0.25 GiB (262,144 tokens of the tiny policy) is far more than a test
 #: run uses. The default, a fifth of the RAM, takes about 8 s longer to start (measured: 17-18 s
 #: against 9.8 s for an engine alone) and lets fewer engines share the machine.
