@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lit_asyncrl.report.comparisons import holm_adjusted, welch
 from lit_asyncrl.report.main import main as report_main
@@ -113,6 +115,17 @@ def test_holm_multiplies_the_ordered_p_values_by_the_tests_left_and_keeps_their_
     # Capped at 1; one test alone is left as it is.
     assert holm_adjusted([0.6, 0.001]) == pytest.approx([0.6, 0.002])
     assert holm_adjusted([0.044]) == pytest.approx([0.044])
+    # Tied p-values get the same adjusted value; a missing one (NaN) stays missing and is ordered last.
+    assert holm_adjusted([0.02, 0.02, 0.5]) == pytest.approx([0.06, 0.06, 0.5])
+    assert holm_adjusted([0.01, math.nan, 0.03]) == pytest.approx([0.03, math.nan, 0.06], nan_ok=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=12))
+def test_holm_gives_statsmodels_values_for_any_family(p_values):
+    from statsmodels.stats.multitest import multipletests
+
+    assert holm_adjusted(p_values) == pytest.approx(list(multipletests(p_values, method="holm")[1]), abs=1e-15)
 
 
 def test_all_pairs_compares_every_pair_once_as_one_holm_family(sweep, tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from scipy import stats
 
 from lit_asyncrl.report.analysis_plan import Endpoint
@@ -62,10 +63,20 @@ def welch(first: Sequence[float], second: Sequence[float]) -> tuple[float, float
 
 
 def holm_adjusted(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment of a family's p-values (statsmodels' `multipletests`), in their order."""
-    from statsmodels.stats.multitest import multipletests
+    """Holm's step-down adjustment of a family's p-values, in their order: the i-th smallest of m
+    times m - i (from 0), never below the one before it in that order, at most 1.
 
-    return [float(p) for p in multipletests(list(p_values), method="holm")[1]]
+    Written out rather than taken from statsmodels' `multipletests(method="holm")` (which gives the
+    same values, checked in tests/test_report_comparisons.py): that one runs a full garbage
+    collection on every call, 0.29 s on average in a process holding torch (measured over the 41
+    calls of one `make test-fast`), which a report of many tables pays for each of them."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    tests_left = np.arange(len(p), 0, -1)
+    stepped_down = np.maximum.accumulate(p[order] * tests_left)
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(stepped_down, 1.0)
+    return adjusted.tolist()
 
 
 def paired(first: dict[int, float], second: dict[int, float]) -> tuple[float, float, float, float, float] | None:
