@@ -2,15 +2,13 @@
 snapshot route's old log-probs stay exact, only the adapter trains, and a resume serves the
 checkpoint's adapter."""
 
-import sys
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
 from lit_asyncrl.models import resolve_model_path
 from tests.support.reference_checks import check_exact_route
-from tests.support.runs import STALE_RUN, read_rows, run_command, run_hydra
+from tests.support.runs import STALE_RUN, read_rows, run_hydra
 
 pytestmark = pytest.mark.engine
 LORA_RUN = [
@@ -108,12 +106,8 @@ def test_interrupt_sync_and_the_dedicated_worker_with_adapters_are_exact_in_real
     # with this room 25 to 32 turns moved at every push, the queue at most 244 deep).
     always_generating = [o for o in STALE_RUN if not o.startswith("rollout.buffer_capacity")]
     always_generating.append("rollout.buffer_capacity=1024")
-    # A new interpreter, not the worker's preloaded one: forked, the dedicated job left 3 tokens of its
-    # last step without pi_old (`train/nonfinite_tokens`) in 2 of 11 runs, against 0 of 6 runs from a new
-    # interpreter (2026-12-07). Where a moved turn's tokens can miss their pi_old under other timings
-    # is still to be found; until then this test keeps the timing it was measured under.
     sweep = ["-m", f"experiment={','.join(experiments)}", *lora, *always_generating, f"hydra.sweep.dir={tmp_path}"]
-    run_command([sys.executable, "-m", "lit_asyncrl.train", *sweep], timeout_s=900)
+    run_hydra(sweep, timeout_s=900)
     for job, experiment in enumerate(experiments):
         run_dir = next(tmp_path.glob(f"{job}_experiment={experiment},*"))
         (check_interrupt_sync if experiment == "interrupt_sync" else check_dedicated)(run_dir)

@@ -376,10 +376,12 @@ class VLLMEngine(EngineLoop):
         self.run(self._move_turns(resume=True), timeout_s=self.settings.engine_stall_timeout_s, stalled="a resume")
 
     async def _move_turns(self, resume: bool) -> int:
-        """Abort the turns moving to the newest adapter before generation resumes (`engine_adapters.py`)."""
+        """Abort the turns moving to the newest adapter before generation resumes (`weights/adapters.py`)."""
         moving = self._adapters.requests_to_move() if self._adapters is not None else []
         if moving:
-            await self._llm.abort(moving)
+            # vLLM's requests, by the ids given to `generate` (vLLM 0.32's output processor keeps that map).
+            held = self._llm.output_processor.external_req_ids
+            await self._adapters.abort_once_held(moving, held, self._llm.abort)
         if resume:
             await self._llm.resume_generation()
             self._paused = False

@@ -23,13 +23,14 @@ pushed again (a resume, a restarted engine) must not reuse one.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import shutil
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,27 @@ class EngineAdapters:
             moving = [request_id for request_id, lora_id in self._running.items() if lora_id != self._newest]
             self._moved.update(moving)
             return moving
+
+    async def abort_once_held(
+        self, request_ids: list[str], held: Container[str], abort: Callable[[list[str]], Awaitable[None]]
+    ) -> None:
+        """`abort` each of `request_ids` (turns moving to the newest adapter) once it is in `held`,
+        the engine's requests; one that ends before it gets there needs nothing.
+
+        vLLM adds a request only after processing its input, and drops an abort of a request it
+        does not hold yet: a turn that began just before a push would then run under the old
+        adapter after it (seen: a group begun at a push sampled all four of its one-turn episodes
+        under the version the dedicated worker had just left, so their tokens never got pi_old).
+        While the engine is paused for the push, waiting for the add samples nothing."""
+        waiting = set(request_ids)
+        while waiting:
+            added = [request_id for request_id in waiting if request_id in held]
+            if added:
+                await abort(added)
+            with self._lock:
+                waiting = {request_id for request_id in waiting.difference(added) if request_id in self._running}
+            if waiting:
+                await asyncio.sleep(0.001)
 
     async def generate(
         self, stream: Stream, prompt_ids: Sequence[int], max_tokens: int

@@ -109,3 +109,36 @@ def test_with_finish_no_turn_moves_and_an_abort_of_another_cause_ends_the_turn(t
 
     token_ids, _, versions, final = asyncio.run(adapters.generate(stream, [1], max_tokens=4))
     assert (calls, token_ids, versions, final.finish_reason) == ([[1]], [3], [0], "abort")
+
+
+def test_a_moving_turn_that_the_engine_does_not_hold_yet_is_aborted_once_it_does(tmp_path):
+    # Three turns move at a push: "held" is in the engine already, "late" is added two loop turns
+    # later (vLLM processes a request's input before it holds it, and drops an abort of one it does
+    # not hold), "gone" ends without ever being added. Each held one is aborted once, none before
+    # the engine holds it, and the wait ends when nothing is left to abort.
+    import asyncio
+
+    adapters, removed = EngineAdapters(LoRASettings(rank=8, in_flight="move"), tmp_path), []
+    push(adapters, removed, version=0)
+    uses = {name: adapters.begin(name) for name in ("held", "late", "gone")}
+    push(adapters, removed, version=1)
+    moving = adapters.requests_to_move()
+    assert sorted(moving) == ["gone", "held", "late"]
+    held = {"held"}
+    aborted = []
+
+    async def abort(request_ids):
+        assert set(request_ids) <= held
+        aborted.append(sorted(request_ids))
+
+    async def engine_side():
+        await asyncio.sleep(0)
+        adapters.end(uses["gone"])
+        await asyncio.sleep(0)
+        held.add("late")
+
+    async def push_side():
+        await asyncio.gather(adapters.abort_once_held(moving, held, abort), engine_side())
+
+    asyncio.run(push_side())
+    assert aborted == [["held"], ["late"]]
