@@ -47,7 +47,8 @@ test test-fast: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(ARGS)
 
-# The loop to run while working: every test that starts no vLLM engine (under a minute).
+# The loop to run while working: every test that starts no vLLM engine (its budget, a minute, and
+# what it takes: docs/testing.md).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=10 -m "not engine" $(ARGS)
 
