@@ -56,7 +56,7 @@ class Engine(Protocol):
     version: int
 
     def launch(self, initial_version: int = 0) -> None:
-        """Start making the engine in the background and return at once."""
+        """Start making the engine in the background, and return before it serves (`wait_until_serving`)."""
 
     def wait_until_serving(self, timeout_s: float = 300.0) -> None:
         """Block until the launched engine serves requests; raise if its start failed."""

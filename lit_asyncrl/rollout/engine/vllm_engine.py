@@ -50,6 +50,8 @@ from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient
 _ENGINE_CREATION = threading.Lock()
 #: How long a shutdown waits for a start that was given up (its processes ended) to fail.
 _AFTER_GIVING_UP_S = 30.0
+#: How often a launch looks for the engine's process (a start makes it within about a second).
+_PROCESS_POLL_S = 0.01
 
 
 class VLLMEngine(EngineLoop):
@@ -86,11 +88,12 @@ class VLLMEngine(EngineLoop):
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
         """Start the engine thread and wait until the engine serves requests."""
-        self.launch(initial_version)
+        self.launch(initial_version, timeout_s)
         self.wait_until_serving(timeout_s)
 
-    def launch(self, initial_version: int = 0) -> None:
-        """Start making the engine in the background and return at once (`wait_until_serving` waits).
+    def launch(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
+        """Start making the engine in the background; return once its process exists (`wait_until_serving`
+        waits for the rest).
 
         The engine's own process spends most of its start importing; launched early, that overlaps
         with work the trainer does meanwhile (the warm start).
@@ -103,6 +106,25 @@ class VLLMEngine(EngineLoop):
         self._reaper = start_reaper([self._weights_dir, run_dir()])
         self._thread = threading.Thread(target=self._thread_main, name="vllm-engine", daemon=True)
         self._thread.start()
+        self._wait_for_engine_process(timeout_s)
+
+    def _wait_for_engine_process(self, timeout_s: float) -> None:
+        """Block until the start has made the engine's process, or ended, or `timeout_s` passed (then
+        `wait_until_serving` reports where it stands).
+
+        Until its process exists, the start adds names to this process's environment: the engine
+        core's variables (`engine_core_environment`) and vLLM's own around its process start.
+        glibc's setenv of a new name may move the environment's array while another thread's getenv
+        walks it, and a tokenizer reads the environment at every batch it encodes: the warm start,
+        tokenizing while two engines started, segfaulted in getenv (seen in CI, under DDP). After
+        the spawn the start only restores or removes names, which moves nothing.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not self._started.is_set() and time.monotonic() < deadline:
+            before = self._children_before_start
+            if before is not None and processes_made_since(before):
+                return
+            time.sleep(_PROCESS_POLL_S)
 
     def wait_until_serving(self, timeout_s: float = 300.0) -> None:
         """Block until the launched engine serves requests; raise if its start failed."""

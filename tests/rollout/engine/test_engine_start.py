@@ -1,5 +1,6 @@
 """A start that hangs, on the real engine: given up with where it stood, its processes ended."""
 
+import multiprocessing
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import pytest
 from lit_asyncrl.rollout.engine.protocol import EngineStartTimeout
 from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
+from lit_asyncrl.rollout.processes.core_exit import FAST_EXIT_VARIABLE
 from tests.support.polling import wait_for
 from tests.support.runs import SMALL_KV_CACHE_GIB
 
@@ -56,3 +58,33 @@ def test_an_engine_core_that_hangs_is_reported_where_it_waits_and_ended(model_pa
     engine.shutdown()
     assert time.monotonic() - started < 10  # the ended engine core made the start fail at once
     assert not os.path.exists(f"/proc/{pid}")
+
+
+@pytest.mark.engine
+def test_a_launch_returns_once_the_start_adds_nothing_more_to_the_environment(model_path, monkeypatch):
+    # glibc's setenv of a new name may move the environment's array under another thread's getenv
+    # (a tokenizer's, at every batch it encodes: a segfault). A launch returns to work that may run
+    # beside the rest of the start (the warm start), so every name the start adds comes before.
+    added: list[tuple[str, bool]] = []  # (name, whether the launch had returned)
+    launched = False
+    real_putenv = os.putenv
+
+    def recording_putenv(key: bytes, value: bytes) -> None:
+        if key not in os.environ._data:  # os.environ's own bytes dict: a name the process lacks
+            added.append((key.decode(), launched))
+        real_putenv(key, value)
+
+    monkeypatch.setattr(os, "putenv", recording_putenv)
+    engine = VLLMEngine(model_path, EngineSettings(dtype="float32", max_model_len=256, kv_cache_gib=SMALL_KV_CACHE_GIB))
+    try:
+        before = set(multiprocessing.active_children())
+        engine.launch()
+        launched = True
+        assert [process.name for process in multiprocessing.active_children() if process not in before] == [
+            "EngineCore"
+        ]
+        engine.wait_until_serving()
+    finally:
+        engine.shutdown()
+    assert (FAST_EXIT_VARIABLE, False) in added  # one of the engine core's own, added by the start
+    assert [name for name, after_launch in added if after_launch] == []
