@@ -48,20 +48,28 @@ class EngineWatch:
         self.first_seen: dict[int, float] = {}
         self.alive_at: list[float] = []  # the polls that saw at least one engine process below us
         self.anywhere_at: list[float] = []  # the polls that saw one anywhere on the machine
+        self.failure: Exception | None = None  # what stopped the polling thread, if anything did
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="engine-watch", daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
         while not self._stop.wait(self.POLL_S):
-            engines = self.engines_now()
-            now = time.monotonic()
-            for pid in engines:
-                self.first_seen.setdefault(pid, now)
-            if engines:
-                self.alive_at.append(now)
-            if engines or _engines_on_the_machine():
-                self.anywhere_at.append(now)
+            try:
+                self._look()
+            except Exception as error:  # a dead watch would fail every later engine test without a word
+                self.failure = error
+                return
+
+    def _look(self) -> None:
+        engines = self.engines_now()
+        now = time.monotonic()
+        for pid in engines:
+            self.first_seen.setdefault(pid, now)
+        if engines:
+            self.alive_at.append(now)
+        if engines or _engines_on_the_machine():
+            self.anywhere_at.append(now)
 
     def started_between(self, start: float, end: float) -> list[int]:
         return [pid for pid, seen in self.first_seen.items() if start <= seen <= end]
@@ -83,12 +91,14 @@ class EngineWatch:
 
 def _descendants(root: int) -> list[int]:
     parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    # Not `Path.glob`, which raises any error of its own stats but four (ENOENT and kin): here any
+    # error reading one process (exiting meanwhile) skips it. Bytes: a process's name need not be UTF-8.
+    for pid in _process_ids():
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        parents.setdefault(int(fields[1]), []).append(pid)
     found, frontier = [], [root]
     while frontier:
         children = parents.get(frontier.pop(), [])
@@ -98,11 +108,11 @@ def _descendants(root: int) -> list[int]:
 
 
 def _engines_on_the_machine() -> list[int]:
-    return [
-        int(path.parent.name)
-        for path in Path("/proc").glob("[0-9]*/cmdline")
-        if ENGINE_PROCESS in _cmdline(int(path.parent.name))
-    ]
+    return [pid for pid in _process_ids() if ENGINE_PROCESS in _cmdline(pid)]
+
+
+def _process_ids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -214,6 +224,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     # No wait for a last poll: an engine takes many polls to start, and lives through many more.
     watch, start, end = item.config.stash[_WATCH], item.stash[_STARTED_AT], time.monotonic()
     marked = item.get_closest_marker("engine") is not None
+    if marked and watch.failure is not None:
+        pytest.fail(f"the engine watch stopped, so {item.nodeid} cannot be checked: {watch.failure!r}", pytrace=False)
     started = watch.started_between(start, end)
     if started and not marked:
         pytest.fail(f"{item.nodeid} started a vLLM engine (pids {started}) but has no `engine` mark", pytrace=False)

@@ -7,12 +7,19 @@ import multiprocessing
 import os
 from collections.abc import Iterator, Mapping
 
+import setproctitle
+
 
 @contextlib.contextmanager
 def spawned_process_environment(values: Mapping[str, str]) -> Iterator[None]:
     """`values` in the environment while the block spawns processes (which read it at their start
     only); the caller's own values come back after the block, however it ends. One block at a time
     in a process: engines are made one after another (`engine.py`'s lock around their making)."""
+    # vLLM titles its engine core with setproctitle, which at its first call in a process finds the
+    # memory the title goes into through the environment's first string. Were that string replaced
+    # here first (TMPDIR, in an environment that begins with it), a forked engine core would keep
+    # this process's title, and nothing could find it by name (seen under Hydra's parallel launcher).
+    setproctitle.getproctitle()
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
     try:
