@@ -100,7 +100,7 @@ def launch_and_warm_start(
     if trainer.global_rank != 0:
         return
     datamodule.configure_service(trainer)  # the weight route the engines launch with
-    # The engines' start (mostly their processes importing) overlaps the warm start.
+    # Each engine's start, once its process exists, overlaps the warm start.
     datamodule.rollouts.launch_early()
     if not resumed:
         warm_start.run(

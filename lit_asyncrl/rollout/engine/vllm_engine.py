@@ -95,8 +95,11 @@ class VLLMEngine(EngineLoop):
         """Start making the engine in the background; return once its process exists (`wait_until_serving`
         waits for the rest).
 
-        The engine's own process spends most of its start importing; launched early, that overlaps
-        with work the trainer does meanwhile (the warm start).
+        Launched early, what the engine does once its process exists (loading the model, its first
+        steps) overlaps with work the trainer does meanwhile (the warm start); vLLM's imports in
+        this process, when the first engine brings them, come before (measured: a launch returned
+        after 4.3-5.2 s in a default run, with no difference in its wall time that two runs each way
+        could separate).
         """
         self.version = initial_version
         set_engine_log_level(self.settings.engine_log_level)
