@@ -100,7 +100,8 @@ def launch_and_warm_start(
     if trainer.global_rank != 0:
         return
     datamodule.configure_service(trainer)  # the weight route the engines launch with
-    # Each engine's start, once its process exists, overlaps the warm start.
+    # The engines' starts, once their processes exist, overlap the warm start (the last engine's, with several:
+    # they are made one at a time).
     datamodule.rollouts.launch_early()
     if not resumed:
         warm_start.run(

@@ -18,6 +18,7 @@ import shutil
 import sys
 import threading
 import time
+import traceback
 import warnings
 from pathlib import Path
 
@@ -48,7 +49,7 @@ class EngineWatch:
         self.first_seen: dict[int, float] = {}
         self.alive_at: list[float] = []  # the polls that saw at least one engine process below us
         self.anywhere_at: list[float] = []  # the polls that saw one anywhere on the machine
-        self.failure: Exception | None = None  # what stopped the polling thread, if anything did
+        self.failed_at: dict[float, str] = {}  # the polls that failed: when, and the traceback
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="engine-watch", daemon=True)
         self._thread.start()
@@ -57,9 +58,8 @@ class EngineWatch:
         while not self._stop.wait(self.POLL_S):
             try:
                 self._look()
-            except Exception as error:  # a dead watch would fail every later engine test without a word
-                self.failure = error
-                return
+            except Exception:  # a test the failed poll could have seen gets the cause, the watch goes on
+                self.failed_at[time.monotonic()] = traceback.format_exc()
 
     def _look(self) -> None:
         engines = self.engines_now()
@@ -72,7 +72,11 @@ class EngineWatch:
             self.anywhere_at.append(now)
 
     def started_between(self, start: float, end: float) -> list[int]:
-        return [pid for pid, seen in self.first_seen.items() if start <= seen <= end]
+        # A copy: the polling thread adds to the dict meanwhile.
+        return [pid for pid, seen in list(self.first_seen.items()) if start <= seen <= end]
+
+    def failures_between(self, start: float, end: float) -> list[str]:
+        return [trace for at, trace in list(self.failed_at.items()) if start <= at <= end]
 
     def alive_between(self, start: float, end: float) -> bool:
         """Whether an engine process lived during [start, end]; a test shorter than a poll that uses a
@@ -224,8 +228,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     # No wait for a last poll: an engine takes many polls to start, and lives through many more.
     watch, start, end = item.config.stash[_WATCH], item.stash[_STARTED_AT], time.monotonic()
     marked = item.get_closest_marker("engine") is not None
-    if marked and watch.failure is not None:
-        pytest.fail(f"the engine watch stopped, so {item.nodeid} cannot be checked: {watch.failure!r}", pytrace=False)
     started = watch.started_between(start, end)
     if started and not marked:
         pytest.fail(f"{item.nodeid} started a vLLM engine (pids {started}) but has no `engine` mark", pytrace=False)
@@ -234,7 +236,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     ray_group = any(mark.args == ("ray",) for mark in item.iter_markers("xdist_group"))
     ran = watch.alive_between(start, end) or item.stash.get(_ENGINE_AFTER_CALL, False)
     if marked and not ran and not (ray_group and watch.ran_anywhere_between(start, end)):
-        pytest.fail(f"{item.nodeid} has the `engine` mark but no vLLM engine ran during it", pytrace=False)
+        failures = "".join(
+            f"\na poll of the engine watch failed meanwhile:\n{trace}" for trace in watch.failures_between(start, end)
+        )
+        pytest.fail(f"{item.nodeid} has the `engine` mark but no vLLM engine ran during it{failures}", pytrace=False)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -14,8 +14,9 @@ import torch
 from lit_asyncrl.config_keys import config_key
 from lit_asyncrl.models.lora import LoRASettings
 from lit_asyncrl.rollout.processes.core_exit import FAST_EXIT_VARIABLE
-from lit_asyncrl.rollout.processes.core_fork import START_METHOD_VARIABLE, forked_engine_core_environment
+from lit_asyncrl.rollout.processes.core_fork import forked_engine_core_environment
 from lit_asyncrl.rollout.processes.core_semaphores import UNNAMED_LOCKS_VARIABLE
+from lit_asyncrl.rollout.processes.spawn_environment import START_METHOD_VARIABLE
 from lit_asyncrl.rollout.processes.temp_dirs import engine_environment
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

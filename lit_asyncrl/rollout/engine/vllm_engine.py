@@ -50,7 +50,7 @@ from lit_asyncrl.rollout.weights.transfer import EngineWeightSyncClient
 _ENGINE_CREATION = threading.Lock()
 #: How long a shutdown waits for a start that was given up (its processes ended) to fail.
 _AFTER_GIVING_UP_S = 30.0
-#: How often a launch looks for the engine's process (a start makes it within about a second).
+#: How often a launch looks for the engine's process (a start makes it within 0.3-5 s, measured).
 _PROCESS_POLL_S = 0.01
 
 
@@ -87,9 +87,10 @@ class VLLMEngine(EngineLoop):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
-        """Start the engine thread and wait until the engine serves requests."""
+        """Start the engine thread and wait until the engine serves requests (within `timeout_s` in all)."""
+        deadline = time.monotonic() + timeout_s
         self.launch(initial_version, timeout_s)
-        self.wait_until_serving(timeout_s)
+        self.wait_until_serving(max(deadline - time.monotonic(), 0.0))
 
     def launch(self, initial_version: int = 0, timeout_s: float = 300.0) -> None:
         """Start making the engine in the background; return once its process exists (`wait_until_serving`
@@ -99,9 +100,11 @@ class VLLMEngine(EngineLoop):
         steps) overlaps with work the trainer does meanwhile (the warm start); vLLM's imports in
         this process, when the first engine brings them, come before (measured: a launch returned
         after 4.3-5.2 s in a default run, with no difference in its wall time that two runs each way
-        could separate).
+        could separate). Engines are made one at a time, so a second engine's launch also waits
+        until the first serves (1.6 s more in a two-engine run).
         """
         self.version = initial_version
+        self._children_before_start = None
         set_engine_log_level(self.settings.engine_log_level)
         standard_start_method()
         # Before the engine's processes exist: if this process is SIGKILLed, the reaper kills them
@@ -117,13 +120,15 @@ class VLLMEngine(EngineLoop):
 
         Until its process exists, the start adds names to this process's environment: the engine
         core's variables (`engine_core_environment`) and vLLM's own around its process start.
-        glibc's setenv of a new name may move the environment's array while another thread's getenv
-        walks it, and a tokenizer reads the environment at every batch it encodes: the warm start,
-        tokenizing while two engines started, segfaulted in getenv (seen in CI, under DDP). After
-        the spawn the start only restores or removes names, which moves nothing.
+        glibc's setenv of a new name may move the environment's array, freeing the old one, while
+        another thread's getenv walks it, and a tokenizer reads the environment at every batch it
+        encodes: the warm start, tokenizing while two engines started, segfaulted in getenv (seen
+        in CI, under DDP). After the spawn the start only restores or removes names, which frees
+        and reallocates nothing. This covers the launching thread's own work; the episodes of
+        engines already serving (an engine restarted beside them) run on their own threads.
         """
         deadline = time.monotonic() + timeout_s
-        while not self._started.is_set() and time.monotonic() < deadline:
+        while not self._started.is_set() and self._thread.is_alive() and time.monotonic() < deadline:
             before = self._children_before_start
             if before is not None and processes_made_since(before):
                 return

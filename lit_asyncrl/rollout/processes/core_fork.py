@@ -40,9 +40,8 @@ import torch
 
 from lit_asyncrl.rollout.processes import core_semaphores
 from lit_asyncrl.rollout.processes.core_exit import in_engine_core
+from lit_asyncrl.rollout.processes.spawn_environment import START_METHOD_VARIABLE
 
-#: vLLM's choice of start method for the processes it starts ("fork" or "spawn").
-START_METHOD_VARIABLE = "VLLM_WORKER_MULTIPROC_METHOD"
 #: Set in the environment of an engine core to fork: "quiet" (log level ERROR or above) or "1".
 FORKED_VARIABLE = "LIT_ASYNCRL_ENGINE_CORE_FORKED"
 

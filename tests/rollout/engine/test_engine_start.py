@@ -1,4 +1,5 @@
-"""A start that hangs, on the real engine: given up with where it stood, its processes ended."""
+"""Engine starts on the real engine: one that hangs is given up with where it stood and its processes ended;
+a launch returns once the start adds nothing more to the environment."""
 
 import multiprocessing
 import os
@@ -12,7 +13,7 @@ import pytest
 from lit_asyncrl.rollout.engine.protocol import EngineStartTimeout
 from lit_asyncrl.rollout.engine.settings import EngineSettings
 from lit_asyncrl.rollout.engine.vllm_engine import VLLMEngine
-from lit_asyncrl.rollout.processes.core_exit import FAST_EXIT_VARIABLE
+from lit_asyncrl.rollout.processes.core_semaphores import UNNAMED_LOCKS_VARIABLE
 from tests.support.polling import wait_for
 from tests.support.runs import SMALL_KV_CACHE_GIB
 
@@ -86,5 +87,5 @@ def test_a_launch_returns_once_the_start_adds_nothing_more_to_the_environment(mo
         engine.wait_until_serving()
     finally:
         engine.shutdown()
-    assert (FAST_EXIT_VARIABLE, False) in added  # one of the engine core's own, added by the start
+    assert (UNNAMED_LOCKS_VARIABLE, False) in added  # one of the engine core's own, added by the start
     assert [name for name, after_launch in added if after_launch] == []
