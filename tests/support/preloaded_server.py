@@ -110,7 +110,7 @@ def become_the_run(request: dict, set_by_imports: dict[str, str]) -> None:
     # request's own, as a new interpreter's imports add theirs: a process this run starts inherits
     # that order, and vLLM's imports there set some of these again. Had one come first, the string
     # setproctitle finds the process's title memory by would be replaced before its first call, and
-    # an engine core forked there keep its parent's title (seen: Hydra's parallel launcher's jobs).
+    # an engine core forked there would keep its parent's title (seen: Hydra's parallel launcher's jobs).
     os.environ.update({key: value for key, value in set_by_imports.items() if key not in environment})
     tempfile.tempdir = None  # read again from TMPDIR, as a new interpreter reads it
     # Ctrl-C as a user's terminal delivers it to a foreground run. (A shell that starts a job in the
